@@ -1,0 +1,21 @@
+"""Errors a user can cause and fix. The CLI prints these as one line; everything else is a bug."""
+
+
+class GRPOKitError(Exception):
+    """Base class for user-facing errors: the message names the problem and the fix."""
+
+
+class ConfigError(GRPOKitError, ValueError):
+    """A config field has a value outside its allowed range."""
+
+
+class DataError(GRPOKitError, ValueError):
+    """A dataset file or row is malformed. The message names the file, the line and the problem."""
+
+
+class RewardError(GRPOKitError, RuntimeError):
+    """A reward function raised, returned the wrong number of values, or returned NaN/inf."""
+
+
+class CheckpointError(GRPOKitError, RuntimeError):
+    """A checkpoint is missing, corrupt, or incompatible with the config."""
