@@ -1,0 +1,131 @@
+"""Batched group sampling: P prompts x G completions in one left-padded batch.
+
+Row ``b = p * G + g`` holds completion ``g`` of prompt ``p``, so any (B,) tensor reshapes to
+(P, G) with ``.view(P, G)``. Generation is a plain loop over a key-value cache that works for
+any Hugging Face causal LM; sampling draws from a ``torch.Generator`` whose state is
+checkpointed, which is what makes resumed runs exact.
+
+The completion mask is 1 up to and including the first EOS and 0 after it; a row that never
+emits EOS within ``max_new_tokens`` is *truncated* (``is_truncated``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Rollouts:
+    prompt_ids: torch.Tensor       # (B, Tp) left-padded
+    prompt_mask: torch.Tensor      # (B, Tp) 1 on real prompt tokens
+    completion_ids: torch.Tensor   # (B, Tc) pad after EOS
+    completion_mask: torch.Tensor  # (B, Tc) 1 up to and including the first EOS
+    is_truncated: torch.Tensor     # (B,) no EOS within max_new_tokens
+    prompts: list[str]             # (B,) prompt text of each row
+    completions: list[str]         # (B,) decoded completion text, special tokens removed
+    num_generations: int           # G
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompts) // self.num_generations
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(-1)  # (B,)
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: the first real token of each row is position 0."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+
+
+def completion_mask_from_ids(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 up to and including the first EOS of each row, 0 after it (all ones if no EOS)."""
+    is_eos = completion_ids == eos_id  # (B, Tc)
+    eos_before = is_eos.long().cumsum(-1) - is_eos.long()  # (B, Tc) number of EOS strictly before t
+    return (eos_before == 0).long()  # (B, Tc)
+
+
+def row_temperatures(temperature, P: int, G: int, device) -> torch.Tensor:
+    """Per-row temperatures (B, 1): one float for all, or a list cycled within each group."""
+    temps = [float(temperature)] * G if isinstance(temperature, (int, float)) else \
+        [float(temperature[g % len(temperature)]) for g in range(G)]
+    return torch.tensor(temps * P, device=device).unsqueeze(-1)  # (B, 1)
+
+
+def cache_argument(model) -> str:
+    """The forward argument that takes the key-value cache (``cache`` from transformers 5.2x on)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def new_cache(model):
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int,
+             temperature=1.0, generator: torch.Generator | None = None):
+    """Sample continuations; ``temperature`` is a float or a (B, 1) tensor, 0 means greedy.
+
+    Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens.
+    """
+    B = prompt_ids.shape[0]
+    device = prompt_ids.device
+    temps = torch.as_tensor(temperature, dtype=torch.float32, device=device).expand(B, 1)  # (B, 1)
+    greedy = temps <= 0  # (B, 1)
+    attn = prompt_mask.long()  # (B, Tp)
+    pos = position_ids_from_mask(attn)  # (B, Tp)
+    cache = {cache_argument(model): new_cache(model)}  # filled in place by each forward
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                logits_to_keep=1, **cache)
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
+    tokens = []
+    for t in range(max_new_tokens):
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        tok = logits.argmax(-1)  # (B,)
+        if not bool(greedy.all()):  # greedy decoding draws no random numbers
+            probs = torch.softmax(logits / temps.clamp(min=1e-6), dim=-1)  # (B, V)
+            sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            tok = torch.where(greedy.squeeze(-1), tok, sampled)  # (B,)
+        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+        tokens.append(tok)
+        done = done | (tok == eos_id)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)  # (B, Tp+t+1)
+        pos = pos[:, -1:] + 1  # (B, 1)
+        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=pos, use_cache=True, **cache)
+    completion_ids = torch.stack(tokens, dim=1)  # (B, Tc)
+    return completion_ids, completion_mask_from_ids(completion_ids, eos_id)
+
+
+def encode_prompts(tokenizer, prompts: list[str], device):
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (B, Tp), (B, Tp)
+
+
+def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, max_new_tokens: int,
+                  temperature=1.0, generator: torch.Generator | None = None) -> Rollouts:
+    """G completions for each of P prompts, in one batch of B = P * G rows."""
+    if num_generations < 1:
+        raise ValueError(f"num_generations={num_generations}: need at least 1")
+    device = next(model.parameters()).device
+    P, G = len(prompts), num_generations
+    rows = [p for p in prompts for _ in range(G)]  # (B,) prompt p repeated G times, contiguous
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, rows, device)
+    temps = row_temperatures(temperature, P, G, device)  # (B, 1)
+    was_training = model.training
+    model.eval()
+    completion_ids, completion_mask = generate(
+        model, prompt_ids, prompt_mask, max_new_tokens, tokenizer.eos_token_id,
+        tokenizer.pad_token_id, temps, generator)
+    model.train(was_training)
+    has_eos = ((completion_ids == tokenizer.eos_token_id) & completion_mask.bool()).any(-1)  # (B,)
+    texts = tokenizer.batch_decode(completion_ids * completion_mask + tokenizer.pad_token_id * (1 - completion_mask),
+                                   skip_special_tokens=True)
+    return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, ~has_eos, rows, texts, G)

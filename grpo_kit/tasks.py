@@ -1,0 +1,194 @@
+"""Prompt sources: what the policy is asked, and what a judge needs to score the answer.
+
+An *item* is a plain dict with at least ``prompt`` (str) and ``answer`` (str, the correct
+final answer as a number written normally, e.g. ``"46"``). Any other keys are extra columns
+that reach reward functions as keyword arguments, exactly as in TRL.
+
+Sources:
+- ``arithmetic``: ``a+b=`` problems with difficulty knobs (digits, operators). The tiny model
+  writes the result least-significant digit first (``12+34=`` -> ``64``), the order in which a
+  left-to-right model can compute carries; the column ``reverse_digits`` tells the judge.
+- ``load_jsonl`` / ``load_gsm8k``: GSM8K-style rows ``{"question", "answer": "... #### 42"}``,
+  validated strictly: a bad row raises :class:`DataError` naming the file, line and problem.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DataError
+
+OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def write_number(value: int, reverse_digits: bool) -> str:
+    """How the model writes a number: sign first, then the digits (reversed if asked)."""
+    digits = str(abs(value))
+    return ("-" if value < 0 else "") + (digits[::-1] if reverse_digits else digits)
+
+
+def read_number(text: str, reverse_digits: bool) -> int | None:
+    """Inverse of :func:`write_number`; ``None`` when the text is not a well-formed number."""
+    m = re.fullmatch(r"(-?)(\d+)", text.strip())
+    if m is None:
+        return None
+    digits = m.group(2)[::-1] if reverse_digits else m.group(2)
+    return int(m.group(1) + digits)
+
+
+@dataclass(frozen=True)
+class ArithmeticTask:
+    """Integer arithmetic problems ``a<op>b=``; each operand has 1..``digits`` digits."""
+
+    digits: int = 2
+    operators: str = "+"
+    reverse_digits: bool = True
+
+    def __post_init__(self):
+        if not 1 <= self.digits <= 6:
+            raise DataError(f"ArithmeticTask.digits={self.digits}: use 1..6 digits per operand")
+        bad = [op for op in self.operators if op not in OPERATORS]
+        if bad or not self.operators:
+            raise DataError(f"ArithmeticTask.operators={self.operators!r}: use a subset of '+-*'")
+
+    @property
+    def name(self) -> str:
+        ops = {"+": "add", "-": "sub", "*": "mul"}
+        return "".join(ops[o] for o in self.operators) + str(self.digits)
+
+    def item(self, a: int, op: str, b: int) -> dict:
+        value = OPERATORS[op](a, b)
+        return {
+            "prompt": f"{a}{op}{b}=",
+            "answer": str(value),
+            "reverse_digits": self.reverse_digits,
+            "completion": write_number(value, self.reverse_digits),  # the supervised target
+        }
+
+    def all_problems(self) -> list[tuple[int, str, int]]:
+        """Every problem of this difficulty, in a fixed order (small enough for <=3 digits)."""
+        hi = 10**self.digits
+        return [(a, op, b) for op in self.operators for a in range(hi) for b in range(hi)]
+
+    def splits(self, n_test: int = 500, n_val: int = 200, seed: int = 1234) -> dict[str, list[dict]]:
+        """Disjoint ``train`` / ``val`` / ``test`` item lists, reproducible from ``seed``."""
+        problems = self.all_problems()
+        if n_test + n_val >= len(problems):
+            raise DataError(f"{self.name}: only {len(problems)} problems, cannot hold out {n_test}+{n_val}")
+        random.Random(seed).shuffle(problems)
+        items = [self.item(*p) for p in problems]
+        return {"test": items[:n_test], "val": items[n_test:n_test + n_val], "train": items[n_test + n_val:]}
+
+
+TASKS = {"add2": ArithmeticTask(2, "+"), "add3": ArithmeticTask(3, "+"), "add1": ArithmeticTask(1, "+")}
+
+
+def get_task(name: str) -> ArithmeticTask:
+    if name not in TASKS:
+        raise DataError(f"unknown task {name!r}: choose one of {sorted(TASKS)}")
+    return TASKS[name]
+
+
+# ---------------------------------------------------------------- jsonl datasets
+
+def _fail(path, lineno, problem):
+    raise DataError(f"{path}, line {lineno}: {problem}")
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
+    """Rows of a jsonl file as (line number, dict); blank lines are skipped."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read the file ({e})") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            _fail(path, lineno, f"not valid JSON ({e.msg}); each line must be one JSON object")
+        if not isinstance(row, dict):
+            _fail(path, lineno, f"expected a JSON object, got {type(row).__name__}")
+        rows.append((lineno, row))
+    if not rows:
+        raise DataError(f"{path}: the file has no rows")
+    return rows
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(\.\d+)?")
+
+
+def _need_str(path, lineno, row, key):
+    if key not in row:
+        _fail(path, lineno, f"missing field {key!r} (fields present: {sorted(row)})")
+    if not isinstance(row[key], str):
+        _fail(path, lineno, f"field {key!r} must be a string, got {type(row[key]).__name__}")
+    if not row[key].strip():
+        _fail(path, lineno, f"field {key!r} is empty")
+    return row[key]
+
+
+def load_gsm8k(path: str | Path) -> list[dict]:
+    """GSM8K jsonl: ``question`` and ``answer`` ending in ``#### <number>`` -> items.
+
+    Items carry ``prompt`` (the question), ``answer`` (the number after ``####``, commas
+    removed) and ``solution`` (the worked solution before ``####``).
+    """
+    items = []
+    for lineno, row in read_jsonl(path):
+        question = _need_str(path, lineno, row, "question")
+        answer = _need_str(path, lineno, row, "answer")
+        if "####" not in answer:
+            _fail(path, lineno, "field 'answer' has no '#### <number>' final answer")
+        solution, final = answer.rsplit("####", 1)
+        final = final.strip().replace(",", "")
+        if not _NUMBER.fullmatch(final):
+            _fail(path, lineno, f"the final answer after '####' is not a number: {final!r}")
+        items.append({"prompt": question, "answer": final, "solution": solution.strip()})
+    return items
+
+
+def load_items(path: str | Path) -> list[dict]:
+    """A jsonl of items: GSM8K rows (``question``/``answer``) or kit rows (``prompt``/``answer``)."""
+    rows = read_jsonl(path)
+    if "question" in rows[0][1]:
+        return load_gsm8k(path)
+    items = []
+    for lineno, row in rows:
+        _need_str(path, lineno, row, "prompt")
+        answer = _need_str(path, lineno, row, "answer").strip()
+        if not _NUMBER.fullmatch(answer.replace(",", "")):
+            _fail(path, lineno, f"field 'answer' is not a number: {answer!r}")
+        items.append(dict(row))
+    return items
+
+
+def save_items(items: list[dict], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for item in items:
+            f.write(json.dumps(item) + "\n")
+
+
+DATASETS_DIR = Path(__file__).resolve().parent.parent / "datasets"
+
+
+def heldout_split(task: str = "add2") -> list[dict]:
+    """The held-out test split: ``datasets/<task>_test.jsonl`` when shipped, else generated.
+
+    The shipped file is written by ``grpo-kit make-base`` from the same generator; a test checks
+    that the two agree, so the file is a convenience for readers, not a second source of truth.
+    """
+    shipped = DATASETS_DIR / f"{task}_test.jsonl"
+    if shipped.is_file():
+        return load_items(shipped)
+    return get_task(task).splits()["test"]

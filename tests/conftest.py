@@ -1,0 +1,23 @@
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The shipped base model and its tokenizer (loaded once per test session)."""
+    from grpo_kit.tiny import load_model
+
+    return load_model("tiny")
+
+
+@pytest.fixture
+def small_cfg():
+    from grpo_kit.config import GRPOConfig
+
+    return GRPOConfig(steps=4, num_prompts=4, num_generations=4, eval_every=0, eval_size=20,
+                      checkpoint_every=0)
