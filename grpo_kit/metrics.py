@@ -1,0 +1,56 @@
+"""Per-step metrics, with TRL's key names where TRL logs the same quantity.
+
+Keys: ``reward``, ``reward_std`` (std of all rewards in the batch), ``frac_reward_zero_std``
+(groups whose rewards are all equal), ``rewards/<func>/mean``, ``completions/mean_length``,
+``completions/min_length``, ``completions/max_length``, ``completions/clipped_ratio``
+(truncated: no EOS), plus what ``step.train_step`` returns (``loss``, ``grad_norm``,
+``learning_rate``, ``kl``, ``entropy``, ``clip_ratio/*``) and ``accuracy`` when an eval runs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .advantages import zero_std_groups
+
+
+def reward_metrics(rewards: torch.Tensor, per_func: torch.Tensor | None = None,
+                   func_names: list[str] | None = None) -> dict:
+    """rewards (P, G); per_func (B, K) -> summary floats."""
+    flat = rewards.reshape(-1)  # (B,)
+    out = {
+        "reward": flat.mean().item(),
+        "reward_std": flat.std().item() if flat.numel() > 1 else 0.0,
+        "frac_reward_zero_std": zero_std_groups(rewards).float().mean().item(),
+    }
+    if per_func is not None and func_names:
+        for k, name in enumerate(func_names):
+            out[f"rewards/{name}/mean"] = torch.nanmean(per_func[:, k]).item()
+    return out
+
+
+def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor) -> dict:
+    """lengths (B,) completion tokens incl. EOS; is_truncated (B,) bool."""
+    l = lengths.float()
+    return {
+        "completions/mean_length": l.mean().item(),
+        "completions/min_length": l.min().item(),
+        "completions/max_length": l.max().item(),
+        "completions/clipped_ratio": is_truncated.float().mean().item(),
+    }
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k)/C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@k needs k <= n samples, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def distinct_n(texts: list[str], n: int = 2) -> float:
+    """Distinct n-grams (characters) over all n-grams in ``texts``: 1.0 = no repetition."""
+    grams = [t[i:i + n] for t in texts for i in range(len(t) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0

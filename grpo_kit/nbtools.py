@@ -1,0 +1,60 @@
+"""Run notebooks as tests: record values inside a notebook, read them back after papermill.
+
+In a notebook::
+
+    from grpo_kit.nbtools import record
+    record("final_accuracy", acc)          # shows "final_accuracy = 0.83" and stores it
+
+In a test or your own regression script::
+
+    values = run_notebook("notebooks/00_quickstart.ipynb", parameters={"SMOKE": True})
+    assert values["final_accuracy"] > values["base_accuracy"]
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MIME = "application/vnd.grpo-kit.record+json"
+_RECORDS: dict = {}
+
+
+def record(name: str, value) -> None:
+    """Store a JSON-serialisable value under ``name`` in the notebook's output."""
+    json.dumps(value)  # fail here, not when reading back
+    _RECORDS[name] = value
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display({MIME: {"name": name, "value": value}, "text/plain": f"{name} = {value!r}"}, raw=True)
+
+
+def read_records(path: str | Path) -> dict:
+    """Every value recorded in an executed notebook, by name (a later record wins)."""
+    nb = json.loads(Path(path).read_text())
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []):
+            data = o.get("data", {})
+            if MIME in data:
+                rec = data[MIME]
+                out[rec["name"]] = rec["value"]
+    return out
+
+
+def run_notebook(path: str | Path, out_path: str | Path | None = None, parameters: dict | None = None,
+                 timeout: int = 900, kernel: str = "python3") -> dict:
+    """Execute a notebook headlessly with papermill and return its recorded values.
+
+    A cell that raises (a failed ``assert`` included) raises ``papermill.PapermillExecutionError``.
+    """
+    import papermill as pm
+
+    path = Path(path)
+    out_path = Path(out_path) if out_path else path.with_name(path.stem + ".out.ipynb")
+    pm.execute_notebook(str(path), str(out_path), parameters=parameters or {}, kernel_name=kernel,
+                        execution_timeout=timeout, cwd=str(path.parent), progress_bar=False)
+    return read_records(out_path)

@@ -1,0 +1,68 @@
+"""Figures from histories (lists of per-step metric dicts). Imports nothing that trains."""
+from __future__ import annotations
+
+from pathlib import Path
+
+PANELS = [("reward", "reward (train samples)"), ("accuracy", "held-out greedy accuracy"),
+          ("kl", "KL to reference (k3)"), ("entropy", "token entropy")]
+
+
+def series(history: list[dict], key: str, evals: list[tuple[int, float]] | None = None):
+    """(steps, values) of one metric; ``accuracy`` also takes the step-0 value from ``evals``."""
+    if key == "accuracy" and evals is not None:
+        return [s for s, _ in evals], [a for _, a in evals]
+    pts = [(m["step"], m[key]) for m in history if key in m]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def smooth(values: list[float], window: int = 10) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None):
+    """2x2 matplotlib figure of reward, accuracy, KL and entropy; saved to ``path`` if given."""
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), constrained_layout=True)
+    for ax, (key, label) in zip(axes.flat, PANELS):
+        x, y = series(history, key, evals)
+        if key == "accuracy":
+            ax.plot(x, y, "o-", color="C2")
+            ax.set_ylim(0, 1)
+        elif y:
+            ax.plot(x, y, color="0.8", lw=0.8, label="per step")
+            ax.plot(x, smooth(y), color="C0", label="10-step mean")
+            ax.legend(fontsize=8)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def plotly_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None):
+    """The same four panels as an interactive plotly figure; written as standalone HTML if ``path``."""
+    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go
+
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in PANELS])
+    for i, (key, label) in enumerate(PANELS):
+        x, y = series(history, key, evals)
+        fig.add_trace(go.Scatter(x=x, y=y, name=key, mode="lines+markers" if key == "accuracy" else "lines"),
+                      row=i // 2 + 1, col=i % 2 + 1)
+    fig.update_layout(title=title, height=650, showlegend=False)
+    if path is not None:
+        fig.write_html(str(path), include_plotlyjs=True)
+    return fig

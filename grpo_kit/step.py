@@ -1,0 +1,133 @@
+"""``train_step``: the one place the GRPO update runs.
+
+Given rollouts (B = P*G completions) and their advantages, one call does ``num_iterations``
+optimizer updates. Each update walks the batch in micro-batches of ``micro_batch_size`` rows,
+back-propagates each micro-batch's share of the loss (gradient accumulation: the shares add
+up to the loss of the whole batch, see ``losses.aggregate``), clips the global gradient norm
+and steps. On CUDA the forward passes run under bf16 autocast; on CPU everything is float32.
+
+A non-finite loss or gradient norm skips the optimizer step (weights untouched) and reports
+``skipped=1``.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+
+from .logprobs import completion_logprobs
+from .losses import aggregate, grpo_per_token_loss
+from .sampling import Rollouts, row_temperatures
+
+
+def autocast_for(device: torch.device, bf16: bool):
+    if device.type == "cuda" and bf16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def micro_slices(B: int, micro: int | None) -> list[slice]:
+    micro = micro or B
+    return [slice(i, min(i + micro, B)) for i in range(0, B, micro)]
+
+
+def loss_mask(rollouts: Rollouts, mask_truncated: bool) -> torch.Tensor:
+    """Completion mask (B, Tc), with truncated rows zeroed when ``mask_truncated`` (DAPO)."""
+    mask = rollouts.completion_mask
+    if mask_truncated:
+        mask = mask * (~rollouts.is_truncated).long().unsqueeze(-1)  # (B, Tc)
+    return mask
+
+
+@torch.no_grad()
+def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx) -> torch.Tensor:
+    """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
+    out = []
+    for s in slices:
+        with ctx:
+            lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
+                                        rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s])
+        out.append(lp.float())
+    return torch.cat(out)  # (B, Tc)
+
+
+def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Tensor, cfg,
+               scheduler=None) -> dict:
+    """One GRPO update (``cfg.num_iterations`` optimizer steps) -> metrics dict of floats.
+
+    ``advantages``: (B,) or (P, G). ``ref`` may be None when ``cfg.beta == 0`` and
+    ``cfg.log_kl`` is False.
+    """
+    device = next(policy.parameters()).device
+    ctx = autocast_for(device, cfg.bf16)
+    B = rollouts.completion_ids.shape[0]
+    adv = advantages.reshape(B).to(device=device, dtype=torch.float32)  # (B,)
+    mask = loss_mask(rollouts, cfg.mask_truncated_completions)  # (B, Tc)
+    temps = row_temperatures(cfg.temperature, rollouts.num_prompts, rollouts.num_generations, device)  # (B, 1)
+    temps = temps.unsqueeze(-1)  # (B, 1, 1) divides logits (B, Tc, V)
+    slices = micro_slices(B, cfg.micro_batch_size)
+    batch_tokens = mask.sum().float()  # () completion tokens in the whole batch (dapo's normaliser)
+
+    need_ref = ref is not None and (cfg.beta != 0.0 or cfg.log_kl)
+    if cfg.beta != 0.0 and ref is None:
+        raise ValueError("beta != 0 needs a reference model")
+    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx) if need_ref else None  # (B, Tc)
+    # with a single update the sampling policy is the current one: old = logp.detach() (as TRL)
+    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx) if cfg.num_iterations > 1 else None
+
+    params = [p for p in policy.parameters() if p.requires_grad]
+    sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
+    skipped, grad_norm = 0, 0.0
+    policy.train()
+    for it in range(cfg.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for s in slices:
+            m = mask[s]
+            with ctx:
+                logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
+                                                rollouts.completion_ids[s], rollouts.completion_mask[s],
+                                                temps[s], with_entropy=(it == 0))
+            logp = logp.float()  # (b, Tc)
+            old = old_logp[s] if old_logp is not None else logp.detach()
+            per_token, info = grpo_per_token_loss(
+                logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
+                beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, delta=cfg.delta,
+                level=cfg.importance_sampling_level)
+            loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
+                             num_micro_batches=len(slices), batch_tokens=batch_tokens)
+            loss.backward()
+            step_loss += loss.item()
+            if it == 0:  # metrics describe the batch as sampled, before any update
+                mf = m.float()
+                sums["entropy"] += (ent * mf).sum().item()
+                if info["kl"] is not None:
+                    sums["kl"] += (info["kl"].detach() * mf).sum().item()
+                sums["low"] += (info["clip_low"].expand_as(mf) * mf).sum().item()
+                sums["high"] += (info["clip_high"].expand_as(mf) * mf).sum().item()
+        gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        grad_norm = float(gn)
+        if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            continue
+        optimizer.step()
+        sums["loss"] += step_loss
+    lr = optimizer.param_groups[0]["lr"]
+    if scheduler is not None:
+        scheduler.step()
+    ntok = max(batch_tokens.item(), 1.0)
+    metrics = {
+        "loss": sums["loss"] / max(cfg.num_iterations - skipped, 1) if skipped < cfg.num_iterations else float("nan"),
+        "grad_norm": grad_norm,
+        "learning_rate": lr,
+        "entropy": sums["entropy"] / ntok,
+        "clip_ratio/low_mean": sums["low"] / ntok,
+        "clip_ratio/high_mean": sums["high"] / ntok,
+        "clip_ratio/region_mean": (sums["low"] + sums["high"]) / ntok,
+        "skipped": float(skipped),
+    }
+    if ref_logp is not None:
+        metrics["kl"] = sums["kl"] / ntok
+    return metrics

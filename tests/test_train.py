@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from grpo_kit.errors import CheckpointError, RewardError
+from grpo_kit.train import latest_checkpoint, setup, train
+
+
+def _weights(run):
+    return {k: v.detach().clone() for k, v in run.policy.state_dict().items()}
+
+
+def test_exact_resume_matches_straight_run(small_cfg, tmp_path):
+    cfg = small_cfg.replace(steps=10, checkpoint_every=5)
+    straight = setup(cfg)
+    list(train(cfg, straight))
+
+    first = setup(cfg.replace(steps=5))
+    list(train(cfg.replace(steps=5), first, out_dir=tmp_path))
+    assert latest_checkpoint(tmp_path).name == "step-000005"
+    resumed = setup(cfg)  # a fresh process would start from the base weights
+    list(train(cfg, resumed, out_dir=tmp_path, resume=True))
+
+    assert resumed.step == 10
+    a, b = _weights(straight), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the straight run"
+    assert [m["loss"] for m in straight.history] == [m["loss"] for m in resumed.history]
+
+
+def test_micro_batches_give_the_same_update(small_cfg):
+    cfg = small_cfg.replace(steps=2, loss_type="dapo")
+    full, micro = setup(cfg), setup(cfg.replace(micro_batch_size=4))
+    list(train(cfg, full))
+    list(train(cfg.replace(micro_batch_size=4), micro))
+    a, b = _weights(full), _weights(micro)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(small_cfg, tmp_path):
+    cfg = small_cfg.replace(steps=2)
+    list(train(cfg, setup(cfg), out_dir=tmp_path))
+    ckpt = latest_checkpoint(tmp_path)
+    (ckpt / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="unreadable"):
+        list(train(cfg.replace(steps=3), setup(cfg.replace(steps=3)), out_dir=tmp_path, resume=True))
+
+
+def test_incompatible_checkpoint_names_the_fields(small_cfg, tmp_path):
+    cfg = small_cfg.replace(steps=2)
+    list(train(cfg, setup(cfg), out_dir=tmp_path))
+    other = cfg.replace(steps=3, learning_rate=1e-3)
+    with pytest.raises(CheckpointError, match="learning_rate"):
+        list(train(other, setup(other), out_dir=tmp_path, resume=True))
+
+
+def test_reward_function_errors_stop_training_with_its_name(small_cfg):
+    def wrong_count(prompts, completions, **kw):
+        return [0.0] * (len(completions) - 1)
+    run = setup(small_cfg, reward_funcs=[wrong_count])
+    with pytest.raises(RewardError, match="wrong_count"):
+        list(train(small_cfg, run))
+
+
+def test_metrics_use_trl_keys(small_cfg):
+    cfg = small_cfg.replace(steps=1, eval_every=1)
+    m = next(iter(train(cfg, setup(cfg))))
+    for k in ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
+              "completions/mean_length", "loss", "grad_norm", "learning_rate", "step_time", "accuracy"):
+        assert k in m, k
