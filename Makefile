@@ -1,0 +1,25 @@
+# Two entry points, both idempotent: `make demo` and `make test`. Each creates .venv if missing,
+# installs the pinned requirements (again only when requirements.txt or pyproject.toml changed),
+# then runs.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -r requirements.txt
+	$(VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+.PHONY: install demo test notebooks
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/grpo-kit demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -ra
+
+notebooks: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
