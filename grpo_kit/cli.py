@@ -165,9 +165,9 @@ def cmd_export(args) -> int:
 
 
 def cmd_make_base(args) -> int:
-    from .tiny import SHIPPED, train_base
+    from .tiny import shipped_path, train_base
 
-    out = Path(args.out) if args.out else SHIPPED
+    out = Path(args.out) if args.out else shipped_path("tiny" if args.task == "add2" else f"tiny-{args.task}")
     _, _, report = train_base(task=args.task, seed=args.seed, out_dir=out)
     print(json.dumps(report))
     return 0
