@@ -115,7 +115,7 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated))
+    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
