@@ -94,7 +94,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             per_token, info = grpo_per_token_loss(
                 logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
                 beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, delta=cfg.delta,
-                level=cfg.importance_sampling_level)
+                level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator)
             loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
                              num_micro_batches=len(slices), batch_tokens=batch_tokens)
             loss.backward()
