@@ -173,11 +173,11 @@ def kmeans_bucket(rewards: torch.Tensor, n_clusters: int = 8, eps: float = EPS) 
 
 
 def _weights(weights, K: int, like: torch.Tensor) -> torch.Tensor:
-    w = torch.ones(K) if weights is None else torch.as_tensor(weights, dtype=torch.float32)  # (K,)
+    w = torch.ones(K, dtype=like.dtype) if weights is None else torch.as_tensor(weights, dtype=like.dtype)  # (K,)
     if w.shape != (K,):
         raise ConfigError(f"{w.numel()} objective weights for K={K} objectives; give one weight per objective "
                           f"(GRPOConfig.reward_weights)")
-    return w.to(like.dtype)
+    return w
 
 
 def _check_objectives(objectives: torch.Tensor) -> None:

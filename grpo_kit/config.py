@@ -205,7 +205,15 @@ class GRPOConfig:
 
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` that give the same objective."""
+        if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
+            raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
+                              f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
+        if self.kl_estimator != "k3":
+            raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
+                              f"set kl_estimator='k3' to export to TRL")
         return {
+            "multi_objective_aggregation": "normalize_then_sum" if self.advantage_estimator == "normalize_then_sum"
+            else "sum_then_normalize",
             "num_generations": self.num_generations,
             "max_completion_length": self.max_completion_length,
             "temperature": self.temperature if not isinstance(self.temperature, list) else self.temperature[0],

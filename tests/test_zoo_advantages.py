@@ -196,6 +196,11 @@ def test_config_validates_the_estimator_names():
         GRPOConfig(advantage_estimator="gae").validate()
     with pytest.raises(ConfigError, match="kl_estimator"):
         GRPOConfig(kl_estimator="k4").validate()
+    assert GRPOConfig(advantage_estimator="normalize_then_sum").to_trl()["multi_objective_aggregation"] == \
+        "normalize_then_sum"
+    assert GRPOConfig().to_trl()["multi_objective_aggregation"] == "sum_then_normalize"  # TRL's default
+    with pytest.raises(ConfigError, match="no TRL equivalent"):
+        GRPOConfig(advantage_estimator="rloo").to_trl()
 
 
 def test_the_loop_uses_the_configured_estimator(small_cfg, monkeypatch):
