@@ -39,6 +39,8 @@ the prompt: with 0/1 rewards every cluster is all-0 or all-1 and every advantage
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .errors import ConfigError, DataError
@@ -355,3 +357,30 @@ def estimate_advantages(name: str, rewards: torch.Tensor, *, scale_rewards: str 
                           f"GRPO loop does not produce; call grpo_kit.advantages.{'process_advantages' if name == 'process' else 'hybrid_gae'} "
                           f"directly, or choose one of {[e for e in ESTIMATORS if e not in TOKEN_LEVEL]}")
     raise ConfigError(f"unknown advantage_estimator {name!r}: choose from {list(ESTIMATORS)}")
+
+
+def advantage_table(rewards: torch.Tensor, n_clusters: int = 3, k: int = 5) -> dict[str, torch.Tensor]:
+    """Every estimator that needs only rewards, by name -> advantages (P, G) (for side-by-side views).
+
+    ``pairwise`` on preferences sign(r_i - r_j) equals ``rank``, so it is not listed twice.
+    """
+    out = {s: compute_advantages(rewards, s) for s in ("group", "batch", "none")}
+    for name in ("rloo", "rank", "kmeans", "topk", "topk_minus_own_BROKEN_SIGN"):
+        out[name] = estimate_advantages(name, rewards, n_clusters=n_clusters, k=k)
+    return out
+
+
+# ----------------------------------------------------------------------------- theory for notebook 01
+def sample_std_relative_noise(G: int) -> float:
+    """Relative std, std(s)/E[s], of the unbiased sample std s of G Gaussian rewards (chi distribution).
+
+    s = sigma * chi_{G-1} / sqrt(G-1); with c4 = sqrt(2/(G-1)) Gamma(G/2) / Gamma((G-1)/2) = E[s]/sigma,
+    std(s)/E[s] = sqrt(1 - c4^2) / c4.
+    """
+    c4 = math.sqrt(2 / (G - 1)) * math.exp(math.lgamma(G / 2) - math.lgamma((G - 1) / 2))
+    return math.sqrt(1 - c4 ** 2) / c4
+
+
+def zero_variance_probability(p: float, G: int) -> float:
+    """Chance that G Bernoulli(p) rewards are all equal (a group with no signal): p^G + (1-p)^G."""
+    return p ** G + (1 - p) ** G

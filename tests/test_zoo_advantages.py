@@ -270,3 +270,22 @@ def test_property_kmeans_buckets_centred_within_clusters(r, k):
     assert torch.isfinite(adv).all()
     for c in labels.unique():
         assert abs(adv[labels == c].sum().item()) < 1e-3 * (1 + adv.abs().max().item())
+
+
+def test_advantage_table_figure_and_sliders():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from grpo_kit.advantages import advantage_table
+    from grpo_kit.plotting import plot_advantage_bars
+    from grpo_kit.widgets import advantage_sliders
+
+    r = torch.tensor([[0.0, 0.5, 1.0]])
+    table = advantage_table(r)
+    assert set(table) == {"group", "batch", "none", "rloo", "rank", "kmeans", "topk", "topk_minus_own_BROKEN_SIGN"}
+    fig = plot_advantage_bars(r[0], {n: a[0] for n, a in table.items()})
+    assert len(fig.axes[0].patches) == 3 * len(table)
+    panel = advantage_sliders([0.0, 0.5, 1.0])
+    sliders = [s for box in panel.children[:2] for s in box.children]
+    assert len(sliders) == 3
+    sliders[0].value = 1.0  # the callback re-draws without raising
