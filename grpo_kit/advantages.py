@@ -145,11 +145,11 @@ def kmeans_1d(x: torch.Tensor, k: int, iters: int = 100) -> tuple[torch.Tensor, 
     """
     x = x.reshape(-1).to(torch.float64)  # (N,)
     k = max(1, min(int(k), x.numel()))
-    cent = torch.quantile(x, (torch.arange(k, dtype=torch.float64) + 0.5) / k)  # (k,)
+    cent = torch.quantile(x, (torch.arange(k, dtype=x.dtype, device=x.device) + 0.5) / k)  # (k,)
     for _ in range(iters):
         labels = (x.unsqueeze(1) - cent.unsqueeze(0)).abs().argmin(dim=1)  # (N,)
         counts = torch.bincount(labels, minlength=k)  # (k,)
-        sums = torch.zeros(k, dtype=x.dtype).index_add_(0, labels, x)  # (k,)
+        sums = x.new_zeros(k).index_add_(0, labels, x)  # (k,)
         new = torch.where(counts > 0, sums / counts.clamp(min=1), cent)  # (k,)
         if torch.equal(new, cent):
             break
@@ -167,15 +167,16 @@ def kmeans_bucket(rewards: torch.Tensor, n_clusters: int = 8, eps: float = EPS) 
     labels, _ = kmeans_1d(x, n_clusters)  # (B,)
     k = int(labels.max()) + 1
     counts = torch.bincount(labels, minlength=k).to(x.dtype)  # (k,)
-    mean = torch.zeros(k, dtype=x.dtype).index_add_(0, labels, x) / counts.clamp(min=1)  # (k,)
+    mean = x.new_zeros(k).index_add_(0, labels, x) / counts.clamp(min=1)  # (k,)
     dev = x - mean[labels]  # (B,)
-    var = torch.zeros(k, dtype=x.dtype).index_add_(0, labels, dev ** 2) / (counts - 1).clamp(min=1)  # (k,) unbiased
+    var = x.new_zeros(k).index_add_(0, labels, dev ** 2) / (counts - 1).clamp(min=1)  # (k,) unbiased
     adv = dev / (var.sqrt()[labels] + eps)  # (B,)
     return adv.to(rewards.dtype).reshape(rewards.shape)  # (P, G)
 
 
 def _weights(weights, K: int, like: torch.Tensor) -> torch.Tensor:
-    w = torch.ones(K, dtype=like.dtype) if weights is None else torch.as_tensor(weights, dtype=like.dtype)  # (K,)
+    w = (torch.ones(K, dtype=like.dtype, device=like.device) if weights is None
+         else torch.as_tensor(weights, dtype=like.dtype, device=like.device))  # (K,)
     if w.shape != (K,):
         raise ConfigError(f"{w.numel()} objective weights for K={K} objectives; give one weight per objective "
                           f"(GRPOConfig.reward_weights)")

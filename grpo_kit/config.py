@@ -67,6 +67,8 @@ class GRPOConfig:
     """Updates per sampled batch (mu in DeepSeekMath); >1 makes the ratio and clipping matter."""
     kl_estimator: str = "k3"
     """KL estimator for ``beta`` and the logged KL: 'k1' (logp - ref), 'k2' (0.5 (logp - ref)^2) or 'k3' (TRL's)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: subtract entropy_coef * H_t from each token's loss (PPO); 0 (TRL's behaviour) turns it off."""
     mask_truncated_completions: bool = False
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
     log_kl: bool = True
@@ -132,6 +134,7 @@ class GRPOConfig:
 
         need(self.advantage_estimator in ESTIMATORS, "advantage_estimator", f"choose one of {list(ESTIMATORS)}")
         need(self.kl_estimator in ("k1", "k2", "k3"), "kl_estimator", "choose 'k1', 'k2' or 'k3'")
+        need(self.entropy_coef >= 0, "entropy_coef", "must be >= 0 (a negative bonus would punish exploration)")
         need(self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), "loss_type",
              "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo'")
         need(self.beta >= 0, "beta", "must be >= 0 (it weighs a KL penalty)")
@@ -208,6 +211,9 @@ class GRPOConfig:
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
             raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
                               f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
+        if self.entropy_coef != 0:
+            raise ConfigError(f"GRPOConfig.entropy_coef={self.entropy_coef}: TRL's GRPOTrainer has no entropy bonus; "
+                              f"set entropy_coef=0 to export to TRL")
         if self.kl_estimator != "k3":
             raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
                               f"set kl_estimator='k3' to export to TRL")

@@ -201,6 +201,11 @@ def test_config_validates_the_estimator_names():
     assert GRPOConfig().to_trl()["multi_objective_aggregation"] == "sum_then_normalize"  # TRL's default
     with pytest.raises(ConfigError, match="no TRL equivalent"):
         GRPOConfig(advantage_estimator="rloo").to_trl()
+    with pytest.raises(ConfigError, match="entropy_coef"):
+        GRPOConfig(entropy_coef=-0.1).validate()
+    for bad in (dict(entropy_coef=0.01), dict(kl_estimator="k1")):
+        with pytest.raises(ConfigError, match="TRL"):
+            GRPOConfig(**bad).to_trl()
 
 
 def test_the_loop_uses_the_configured_estimator(small_cfg, monkeypatch):

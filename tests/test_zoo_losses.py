@@ -149,3 +149,22 @@ def test_value_head_on_the_tiny_model_learns_the_returns(tiny):
         loss.backward()
         opt.step()
     assert math.isfinite(loss.item()) and loss.item() < 0.2 * first
+
+
+@pytest.mark.parametrize("coef", [0.0, 1.0])
+def test_entropy_bonus_in_the_step(small_cfg, coef):
+    # zero advantages: the surrogate has no gradient, so only the entropy bonus can move the model
+    from grpo_kit.sampling import sample_groups
+    from grpo_kit.step import train_step
+    from grpo_kit.train import setup
+
+    cfg = small_cfg.replace(entropy_coef=coef, learning_rate=3e-3, threads=1, log_kl=False)
+    run = setup(cfg)
+    roll = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in run.train_items[:4]], 4,
+                         cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    first = train_step(run.policy, None, run.optimizer, roll, torch.zeros(4, 4), cfg)
+    second = train_step(run.policy, None, run.optimizer, roll, torch.zeros(4, 4), cfg)
+    if coef == 0:
+        assert second["entropy"] == pytest.approx(first["entropy"], abs=1e-6)
+    else:
+        assert second["entropy"] > first["entropy"] + 1e-3
