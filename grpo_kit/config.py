@@ -68,7 +68,7 @@ class GRPOConfig:
     kl_estimator: str = "k3"
     """KL estimator for ``beta`` and the logged KL: 'k1' (logp - ref), 'k2' (0.5 (logp - ref)^2) or 'k3' (TRL's)."""
     entropy_coef: float = 0.0
-    """Entropy bonus: subtract entropy_coef * H_t from each token's loss (PPO); 0 (TRL's behaviour) turns it off."""
+    """Entropy bonus (TRL's ``entropy_coef``): loss - entropy_coef * mean token entropy, whatever the loss_type; 0 = off."""
     mask_truncated_completions: bool = False
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
     log_kl: bool = True
@@ -211,9 +211,6 @@ class GRPOConfig:
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
             raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
                               f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
-        if self.entropy_coef != 0:
-            raise ConfigError(f"GRPOConfig.entropy_coef={self.entropy_coef}: TRL's GRPOTrainer has no entropy bonus; "
-                              f"set entropy_coef=0 to export to TRL")
         if self.kl_estimator != "k3":
             raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
                               f"set kl_estimator='k3' to export to TRL")
@@ -227,7 +224,7 @@ class GRPOConfig:
             "epsilon": self.epsilon, "epsilon_high": self.epsilon_high, "delta": self.delta,
             "importance_sampling_level": self.importance_sampling_level,
             "num_iterations": self.num_iterations,
-            "mask_truncated_completions": self.mask_truncated_completions,
+            "mask_truncated_completions": self.mask_truncated_completions, "entropy_coef": self.entropy_coef,
             "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
             "lr_scheduler_type": "constant" if self.lr_schedule == "constant" else "cosine",
             "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,

@@ -18,7 +18,7 @@ Per-token loss (DeepSeekMath eq. 3, PPO's clipped surrogate, with a KL penalty):
 | KL | k1 = logp - ref (unbiased, can be negative) | Schulman, "Approximating KL divergence" (2020) |
 | KL | k2 = 0.5 (logp - ref)^2 (biased, low variance, >= 0) | same |
 | KL | k3 = exp(ref - logp) - (ref - logp) - 1 (unbiased, >= 0; the default) | same; DeepSeekMath eq. 4; TRL |
-| entropy | ``entropy_bonus``: L_t - coef * H_t | PPO (Schulman et al. 2017) |
+| entropy | ``entropy_bonus``: loss - coef * token-mean(H_t) | PPO (Schulman et al. 2017); TRL ``entropy_coef`` |
 | advantages | (B,) one per completion, or (B, T) per token (process supervision, hybrid GAE) | DeepSeekMath 4.1.3 |
 
 Aggregation of L_t into one number (``loss_type``, TRL's names and normalisers):
@@ -103,9 +103,14 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3
         raise ValueError(f"unknown kl_estimator {estimator!r}: choose from {sorted(KL_ESTIMATORS)}") from None
 
 
-def entropy_bonus(per_token: torch.Tensor, entropy: torch.Tensor, coef: float) -> torch.Tensor:
-    """Subtract coef * H_t from the per-token loss (minimising it then raises entropy). (B, T)"""
-    return per_token - coef * entropy  # (B, T)
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float, num_micro_batches: int = 1) -> torch.Tensor:
+    """TRL's ``entropy_coef`` term: coef * (mean entropy over the micro-batch's tokens) / num_micro_batches.
+
+    Subtract it from the aggregated loss. As in TRL it is a plain token mean whatever the
+    ``loss_type``, so ``coef`` means the same for every aggregation. entropy, mask (B, T) -> ()
+    """
+    m = mask.to(entropy.dtype)  # (B, T)
+    return coef * (entropy * m).sum() / m.sum().clamp(min=1) / num_micro_batches
 
 
 def clip_fractions(ratio: torch.Tensor, adv: torch.Tensor, epsilon: float, epsilon_high: float | None):

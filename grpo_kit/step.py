@@ -96,10 +96,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                 logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
                 beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, delta=cfg.delta,
                 level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator)
-            if cfg.entropy_coef != 0:
-                per_token = entropy_bonus(per_token, ent.float(), cfg.entropy_coef)
             loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
                              num_micro_batches=len(slices), batch_tokens=batch_tokens)
+            if cfg.entropy_coef != 0:
+                loss = loss - entropy_bonus(ent.float(), m, cfg.entropy_coef, len(slices))
             loss.backward()
             step_loss += loss.item()
             if it == 0:  # metrics describe the batch as sampled, before any update

@@ -141,3 +141,24 @@ def test_multi_objective_matches_reference(how, scale):
     got = normalize_then_sum(obj, w) if how == "normalize_then_sum" else sum_then_normalize(obj, w, scale)
     want = torch.tensor(ref_multi_objective(obj.tolist(), w, how, scale), dtype=torch.float64)
     assert (got - want).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_entropy_coef_matches_reference(loss_type):
+    # TRL: loss = aggregated policy loss - entropy_coef * (token mean of H over the batch), for every loss_type
+    from grpo_kit.losses import entropy_bonus
+
+    g = torch.Generator().manual_seed(7)
+    B, T = 4, 3
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64)
+    old = logp + 0.2 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    H = torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    mask = (torch.arange(T) < torch.tensor([3, 1, 0, 2]).unsqueeze(1)).long()
+    pt, _ = grpo_per_token_loss(logp, old, None, adv, mask)
+    got = (aggregate(pt, mask, loss_type, max_completion_length=T) - entropy_bonus(H, mask, 0.05)).item()
+    Hl, ml = H.tolist(), mask.tolist()
+    h_mean = sum(Hl[b][t] for b in range(B) for t in range(T) if ml[b][t]) / sum(map(sum, ml))
+    want = ref_loss(logp.tolist(), old.tolist(), None, adv.tolist(), ml, loss_type=loss_type, level="token",
+                    eps=0.2, eps_high=None, delta=None, beta=0.0, L=T) - 0.05 * h_mean
+    assert abs(got - want) < 1e-6

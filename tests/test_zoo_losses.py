@@ -38,7 +38,12 @@ def test_kl_estimator_is_selectable_in_the_per_token_loss():
 
 
 def test_entropy_bonus_by_hand():
-    approx(entropy_bonus(torch.tensor([[1.0, 2.0]]), torch.tensor([[0.5, 1.0]]), 0.1), [0.95, 1.9])
+    # masked token mean of H: (0.5 + 1.0 + 2.0) / 3 = 7/6; times coef 0.1 = 0.116667; two micro-batches: half
+    H = torch.tensor([[0.5, 1.0], [2.0, 9.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    assert entropy_bonus(H, mask, 0.1).item() == pytest.approx(0.1 * 3.5 / 3)
+    assert entropy_bonus(H, mask, 0.1, num_micro_batches=2).item() == pytest.approx(0.1 * 3.5 / 6)
+    assert entropy_bonus(H, torch.zeros(2, 2), 0.1).item() == 0.0  # no tokens: finite, 0
 
 
 def test_per_token_advantages_in_the_surrogate():
