@@ -1,8 +1,9 @@
 """Advantage estimators: pure functions from rewards (P, G) to advantages (P, G).
 
 P prompts, G completions per prompt (a *group*). Every estimator returns finite values for a
-zero-variance group (all rewards equal): its advantages are all 0, so the group contributes no
-policy gradient (only the KL term, if any, moves the model on it).
+zero-variance group (all rewards equal). For the three below its advantages are all 0, so the
+group contributes no policy gradient (only the KL term, if any, moves the model on it); the zoo
+table further down says what each other estimator does there.
 
 | name     | formula                                         | source |
 |----------|-------------------------------------------------|--------|
