@@ -251,8 +251,12 @@ def test_property_every_estimator_finite_and_centred_ones_sum_to_zero(r, scale):
         adv = estimate_advantages(name, r, scale_rewards=scale, objectives=objectives, preferences=prefs)
         assert adv.shape == r.shape and torch.isfinite(adv).all(), name
         if name in CENTRED:
-            tol = 1e-3 * (1 + adv.abs().max().item())
-            assert adv.sum(dim=1).abs().max().item() <= tol, name
+            # centring is exact arithmetic: check it in float64, where near-equal large rewards
+            # (e.g. 973.875 vs 973.861, a found case) do not lose their difference to rounding
+            adv64 = estimate_advantages(name, r.double(), scale_rewards=scale, objectives=objectives.double(),
+                                        preferences=prefs.double())
+            tol = 1e-9 * (1 + adv64.abs().max().item())
+            assert adv64.sum(dim=1).abs().max().item() <= tol, name
 
 
 @settings(max_examples=60, deadline=None)
