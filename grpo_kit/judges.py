@@ -331,8 +331,8 @@ def answer_in_place(completion: str, style: str = "gsm8k") -> bool:
         lines = [l for l in completion.strip().splitlines() if l.strip()]
         if not lines:
             return False
-        m = re.fullmatch(r"\s*####\s*(.*?)\.?\s*", lines[-1])
-        return m is not None and len(numbers_in(m.group(1))) == 1 and \
+        m = re.fullmatch(r"\s*####\s*(.*?)\.?\s*", lines[-1])  # the answer, less a final period
+        return m is not None and bool(numbers_in(m.group(1))) and \
             _NUMBER_RE.fullmatch(_normalise(m.group(1)).replace("$", "").replace("%", "").strip()) is not None
     if style == "boxed":
         boxes = boxed_contents(completion)
