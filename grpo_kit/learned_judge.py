@@ -44,7 +44,9 @@ def preference_pairs(records: Sequence[dict], include_ties: bool = False) -> lis
 
 
 def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
-    """A scalar-head model on the backbone of ``base`` (``"tiny"``: the shipped base) and its tokenizer."""
+    """A scalar-head model on the backbone of ``base`` (``"tiny"``: the shipped base) and its
+    tokenizer. A folder saved from a trained judge (``model.save_pretrained``,
+    ``tokenizer.save_pretrained``) reloads the same way, head included."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -120,8 +122,9 @@ def _train(pairs, steps, batch_size, lr, seed, base, log):
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         prompts = [p for p, _, _, _ in batch]
         ids, mask = _batch(tokenizer, prompts * 2, [a for _, a, _, _ in batch] + [b for _, _, b, _ in batch])
-        r = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # (2N,)
-        q = torch.tensor([t for _, _, _, t in batch])  # (N,)
+        dev = next(model.parameters()).device
+        r = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, 0].float()  # (2N,)
+        q = torch.tensor([t for _, _, _, t in batch], device=dev)  # (N,)
         loss = bradley_terry_loss(r[:batch_size], r[batch_size:], q)  # ()
         opt.zero_grad(set_to_none=True)
         loss.backward()

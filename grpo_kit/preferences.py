@@ -416,7 +416,7 @@ def write_preference_groups(records: Sequence[dict], path: str | Path) -> None:
     for n, rec in enumerate(records, 1):
         mat = rec.get("preference_matrix")
         row = {**rec, "preference_matrix": mat.tolist() if isinstance(mat, torch.Tensor) else mat}
-        _check_group(f"{path} (not written; record)", n, row, K, "ignore")
+        _check_group(f"{path} (not written)", n, row, K, "ignore")
         K = len(row["responses"])
         lines.append(json.dumps(row))
     if not lines:

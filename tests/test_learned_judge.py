@@ -4,8 +4,8 @@ import torch
 
 from grpo_kit.errors import DataError
 from grpo_kit.judges import score
-from grpo_kit.learned_judge import (as_reward, bradley_terry_loss, pairwise_agreement, perturbed_groups,
-                                    preference_pairs, train_learned_judge)
+from grpo_kit.learned_judge import (as_reward, bradley_terry_loss, judge_scores, new_learned_judge,
+                                    pairwise_agreement, perturbed_groups, preference_pairs, train_learned_judge)
 from grpo_kit.tasks import get_task
 
 
@@ -29,7 +29,7 @@ def test_preference_pairs_from_groups():
         train_learned_judge([tie], steps=1)
 
 
-def test_learned_judge_agrees_on_held_out_groups():
+def test_learned_judge_agrees_on_held_out_groups(tmp_path):
     splits = get_task("add2").splits()
     train = perturbed_groups(splits["train"][:400], K=4, seed=0)
     held_out = perturbed_groups(splits["test"][:80], K=4, seed=1)  # prompts never trained on
@@ -40,3 +40,7 @@ def test_learned_judge_agrees_on_held_out_groups():
     assert agree >= 0.6, (agree, report)  # chance is 0.5; measured 0.654 with these seeds
     r, _ = score([as_reward(model, tok)], ["12+34="] * 2, ["64", "65"], {})
     assert r.shape == (2,) and torch.isfinite(r).all()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, tok2 = new_learned_judge(tmp_path)
+    assert torch.allclose(judge_scores(again, tok2, ["12+34="] * 2, ["64", "65"]), r, atol=1e-5)
