@@ -236,17 +236,17 @@ def parse_number(text: str | None, which: str = "last") -> float | None:
 
 
 def boxed_contents(text: str) -> list[str]:
-    """The contents of every ``\\boxed{...}`` / ``\\fbox{...}``, braces matched (nested ok);
-    an unclosed box (a truncated completion) is left out."""
-    out = []
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, start = 1, m.end()
-        for k in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[k], 0)
-            if depth == 0:
-                out.append(text[start:k])
-                break
-    return out
+    """The contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in order of opening, braces
+    matched (nested ok); an unclosed box (a truncated completion) is left out. One pass."""
+    found, stack = [], []  # stack: the start of a box's contents, or None for a plain brace
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{|\{|\}", text):
+        if m.group() == "}":
+            start = stack.pop() if stack else None
+            if start is not None:
+                found.append((start, text[start:m.start()]))
+        else:
+            stack.append(m.end() if m.group() != "{" else None)
+    return [c for _, c in sorted(found)]
 
 
 _HASHES_RE = re.compile(r"####[ \t]*([^\n]*)")
@@ -410,7 +410,10 @@ def distinct_n_reward(n: int = 2, unit: str = "char") -> RewardFunc:
 
 _OP = r"[-+*/×÷x·\u2212]"
 _NUM_TOKEN = rf"[-\u2212]?(?:{_NUM_CORE})"
-_STEP_RE = re.compile(rf"(?<![\w.])({_NUM_TOKEN}(?:\s*{_OP}\s*{_NUM_TOKEN})+)\s*=\s*\$?\s*({_NUM_TOKEN})(?!\.?\d)")
+# at most 8 operators per step keeps matching linear in the text (a degenerate "1+1+1+..."
+# completion would otherwise backtrack quadratically); a longer chain is not read as a step
+_STEP_RE = re.compile(rf"(?<![\w.])(?<!{_OP})(?<!{_OP}\s)"
+                      rf"({_NUM_TOKEN}(?:\s*{_OP}\s*{_NUM_TOKEN}){{1,8}})\s*=\s*\$?\s*({_NUM_TOKEN})(?!\.?\d)")
 
 
 def _arith(expr: str) -> float | None:
@@ -444,7 +447,8 @@ def _arith(expr: str) -> float | None:
 
 
 def check_steps(text: str, rel_tol: float = 1e-6) -> tuple[int, int]:
-    """(right, wrong): the steps ``a op b [op c ...] = d`` in the text whose arithmetic holds,
+    """(right, wrong): the steps ``a op b [op c ...] = d`` (up to 9 numbers on the left) in the
+    text whose arithmetic holds,
     and those whose arithmetic does not (GSM8K's ``<<48/2=24>>`` annotations count as steps).
     The left side is evaluated by :func:`_arith` on parsed numbers; nothing is executed."""
     right = wrong = 0

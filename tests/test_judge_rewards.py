@@ -145,3 +145,16 @@ def test_ensemble_member_failure_is_named():
 
     with pytest.raises(RewardError, match="'broken' raised ValueError"):
         ensemble_reward([math_answer, broken])([""], ["1"], answer=["1"])
+
+
+def test_degenerate_completions_are_judged_in_linear_time():
+    import time
+    # each of these took seconds to a minute with a backtracking pattern or a rescan per box
+    texts = ["1+" * 10000 + "1", "1+" * 10000 + "1=10001", "\\boxed{" * 3000, "\\frac{" * 3000 + "1}{2}" + "}" * 3000,
+             "9" * 20000, "1," * 10000, "e1" * 10000]
+    t0 = time.perf_counter()
+    for f in REWARD_FUNCS.values():
+        f(prompts=[""] * len(texts), completions=texts, answer=["1"] * len(texts))
+    assert time.perf_counter() - t0 < 10.0  # about 0.5 s here
+    # a chain longer than 9 numbers is not read as a step (the cap that keeps matching linear)
+    assert check_steps("1+1+1+1+1+1+1+1+1+1=10") == (0, 0) and check_steps("1+1+1+1+1+1+1+1+1=9") == (1, 0)
