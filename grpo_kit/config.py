@@ -46,6 +46,11 @@ class GRPOConfig:
     # --- the objective
     scale_rewards: str = "none"
     """Advantage normalisation (TRL's name): 'group' z-score (DeepSeekMath), 'batch', or 'none' (Dr. GRPO)."""
+    advantage_estimator: str = "grpo"
+    """Advantage estimator by name (see ``advantages.ESTIMATORS``): 'grpo' uses ``scale_rewards`` (the
+    default); 'rloo', 'rank', 'kmeans', 'topk', 'topk_minus_own_BROKEN_SIGN' (wrong sign, for study),
+    'normalize_then_sum' / 'sum_then_normalize' (one objective per reward function, ``reward_weights``).
+    'pairwise', 'process', 'hybrid_gae' need inputs the loop does not make and raise there."""
     loss_type: str = "dapo"
     """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers)."""
     beta: float = 0.0
@@ -60,6 +65,10 @@ class GRPOConfig:
     """'token' ratios (GRPO) or one 'sequence' ratio per completion (GSPO)."""
     num_iterations: int = 1
     """Updates per sampled batch (mu in DeepSeekMath); >1 makes the ratio and clipping matter."""
+    kl_estimator: str = "k3"
+    """KL estimator for ``beta`` and the logged KL: 'k1' (logp - ref), 'k2' (0.5 (logp - ref)^2) or 'k3' (TRL's)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus (TRL's ``entropy_coef``): loss - entropy_coef * mean token entropy, whatever the loss_type; 0 = off."""
     mask_truncated_completions: bool = False
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
     log_kl: bool = True
@@ -121,6 +130,11 @@ class GRPOConfig:
         need(len(temps) > 0 and all(isinstance(t, (int, float)) and t > 0 for t in temps), "temperature",
              "must be > 0 (or a non-empty list of values > 0)")
         need(self.scale_rewards in ("group", "batch", "none"), "scale_rewards", "choose 'group', 'batch' or 'none'")
+        from .advantages import ESTIMATORS
+
+        need(self.advantage_estimator in ESTIMATORS, "advantage_estimator", f"choose one of {list(ESTIMATORS)}")
+        need(self.kl_estimator in ("k1", "k2", "k3"), "kl_estimator", "choose 'k1', 'k2' or 'k3'")
+        need(self.entropy_coef >= 0, "entropy_coef", "must be >= 0 (a negative bonus would punish exploration)")
         need(self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), "loss_type",
              "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo'")
         need(self.beta >= 0, "beta", "must be >= 0 (it weighs a KL penalty)")
@@ -194,7 +208,15 @@ class GRPOConfig:
 
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` that give the same objective."""
+        if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
+            raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
+                              f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
+        if self.kl_estimator != "k3":
+            raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
+                              f"set kl_estimator='k3' to export to TRL")
         return {
+            "multi_objective_aggregation": "normalize_then_sum" if self.advantage_estimator == "normalize_then_sum"
+            else "sum_then_normalize",
             "num_generations": self.num_generations,
             "max_completion_length": self.max_completion_length,
             "temperature": self.temperature if not isinstance(self.temperature, list) else self.temperature[0],
@@ -202,7 +224,7 @@ class GRPOConfig:
             "epsilon": self.epsilon, "epsilon_high": self.epsilon_high, "delta": self.delta,
             "importance_sampling_level": self.importance_sampling_level,
             "num_iterations": self.num_iterations,
-            "mask_truncated_completions": self.mask_truncated_completions,
+            "mask_truncated_completions": self.mask_truncated_completions, "entropy_coef": self.entropy_coef,
             "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
             "lr_scheduler_type": "constant" if self.lr_schedule == "constant" else "cosine",
             "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,

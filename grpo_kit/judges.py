@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from .errors import RewardError
-from .tasks import read_number
+from .tasks import read_completion
 
 RewardFunc = Callable[..., list]
 
@@ -38,22 +38,25 @@ def extract_number(text: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
-def parse_answer(completion: str, reverse_digits: bool | None) -> float | None:
-    """The number a completion states: the whole completion for the arithmetic task (digits
-    in the task's order), the last number in the text otherwise."""
+def parse_answer(completion: str, reverse_digits: bool | None, scratchpad: bool | None = None) -> float | None:
+    """The number a completion states: for the arithmetic tasks the whole completion (or the part
+    after ``|`` with a scratchpad), digits in the task's order; the last number in the text otherwise."""
     if reverse_digits is None:
         return extract_number(completion)
-    value = read_number(completion, bool(reverse_digits))
+    value = read_completion(completion, bool(reverse_digits), bool(scratchpad))
     return None if value is None else float(value)
 
 
 def exact_answer(prompts: list[str], completions: list[str], answer: list[str],
-                 reverse_digits: list[bool] | None = None, **_) -> list[float]:
+                 reverse_digits: list[bool] | None = None, scratchpad: list[bool] | None = None,
+                 **_) -> list[float]:
     """1.0 when the stated number equals the reference ``answer`` exactly, else 0.0."""
-    rev = reverse_digits if reverse_digits is not None else [None] * len(completions)
+    n = len(completions)
+    rev = reverse_digits if reverse_digits is not None else [None] * n
+    pad = scratchpad if scratchpad is not None else [None] * n
     out = []
-    for c, a, r in zip(completions, answer, rev):
-        got = parse_answer(c, r)
+    for c, a, r, s in zip(completions, answer, rev, pad):
+        got = parse_answer(c, r, s)
         out.append(1.0 if got is not None and got == float(str(a).replace(",", "")) else 0.0)
     return out
 

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .advantages import compute_advantages
+from .advantages import estimate_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError
 from .inference import columns_of, greedy_accuracy
@@ -110,12 +110,14 @@ def grpo_step(run: Run) -> dict:
     rewards, per_func = score(run.reward_funcs, rollouts.prompts, rollouts.completions,
                               columns_of(items, repeat=G), cfg.reward_weights)  # (B,), (B, K)
     rewards = rewards.view(cfg.num_prompts, G)  # (P, G)
-    adv = compute_advantages(rewards, cfg.scale_rewards)  # (P, G)
+    adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
+                              objectives=per_func.view(cfg.num_prompts, G, -1),
+                              weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
     metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler)
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated))
+    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
