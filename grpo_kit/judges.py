@@ -306,17 +306,21 @@ def _reference(a, i: int) -> float:
 
 
 def math_answer(prompts: list[str], completions: list[str], answer: list[str],
-                reverse_digits: list[bool] | None = None, **_) -> list[float]:
+                reverse_digits: list[bool] | None = None, scratchpad: list[bool] | None = None,
+                **_) -> list[float]:
     """1.0 when the completion's final answer (:func:`final_answer`) equals the reference
     ``answer`` within tolerance (:func:`numbers_match`), else 0.0. Rows with a
-    ``reverse_digits`` value (the kit's arithmetic task) are read as that task writes numbers.
+    ``reverse_digits`` value (the kit's arithmetic tasks) are read as those tasks write numbers
+    (after the ``|`` when the ``scratchpad`` column says so).
 
     Reads text only: the completion is parsed, never executed.
     """
-    rev = reverse_digits if reverse_digits is not None else [None] * len(completions)
+    n = len(completions)
+    rev = reverse_digits if reverse_digits is not None else [None] * n
+    pad = scratchpad if scratchpad is not None else [None] * n
     out = []
-    for i, (c, a, r) in enumerate(zip(completions, answer, rev)):
-        got = parse_answer(c, r) if r is not None else final_answer(c)
+    for i, (c, a, r, sp) in enumerate(zip(completions, answer, rev, pad)):
+        got = parse_answer(c, r, sp) if r is not None else final_answer(c)
         out.append(1.0 if numbers_match(got, _reference(a, i)) else 0.0)
     return out
 

@@ -170,7 +170,8 @@ def as_reward(model, tokenizer, name: str = "learned_judge"):
 
 def perturbed_groups(items: Sequence[dict], K: int = 4, seed: int = 0) -> list[dict]:
     """Offline groups without a model, for tests and demos: per arithmetic item the reference
-    completion and K - 1 copies with one digit changed (the task's digit order kept), judged by
+    completion and K - 1 copies with one digit of the final answer changed (the task's digit
+    order kept; a scratchpad before ``|`` is left as it is), judged by
     :func:`grpo_kit.judges.math_answer` into a preference matrix (right beats wrong, wrongs tie)."""
     from .judges import math_answer
     from .preferences import preferences_from_scores
@@ -181,13 +182,13 @@ def perturbed_groups(items: Sequence[dict], K: int = 4, seed: int = 0) -> list[d
         ref = it["completion"]
         resp = [ref]
         for _ in range(K - 1):
-            digits = [k for k, ch in enumerate(ref) if ch.isdigit()]
+            digits = [k for k, ch in enumerate(ref) if ch.isdigit() and k > ref.rfind("|")]
             k = rng.choice(digits)
             resp.append(ref[:k] + rng.choice([d for d in "0123456789" if d != ref[k]]) + ref[k + 1:])
         order = rng.sample(range(K), K)
         resp = [resp[o] for o in order]
         r = math_answer([it["prompt"]] * K, resp, answer=[it["answer"]] * K,
-                        reverse_digits=[it.get("reverse_digits")] * K)
+                        reverse_digits=[it.get("reverse_digits")] * K, scratchpad=[it.get("scratchpad")] * K)
         out.append({"prompt": it["prompt"], "responses": resp, "answer": it["answer"],
                     "preference_matrix": preferences_from_scores(r)})
     return out

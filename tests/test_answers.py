@@ -114,6 +114,10 @@ def test_math_answer_reward():
 def test_math_answer_kit_task_reads_reversed_digits():
     # 12+34=46, written least-significant digit first: "64"
     assert math_answer(["12+34="] * 2, ["64", "46"], answer=["46"] * 2, reverse_digits=[True, True]) == [1.0, 0.0]
+    # the scratchpad task: the answer is after the last "|"
+    got = math_answer(["p"] * 3, ["64|64", "64|46", "64"], answer=["46"] * 3, reverse_digits=[True] * 3,
+                      scratchpad=[True] * 3)
+    assert got == [1.0, 0.0, 0.0]
 
 
 def test_math_answer_bad_reference_names_the_sample():
