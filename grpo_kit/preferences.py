@@ -53,11 +53,13 @@ from .judges import _name, _weights, agreement, final_answer, numbers_match, par
 from .tasks import _fail, read_jsonl
 
 Rule = Callable[..., float]
+ATOL = 1e-5  # tolerance for antisymmetry, the diagonal and the range; advantages.check_preferences uses 1e-5 too
 
 
-class PreferenceError(GRPOKitError, ValueError):
+class PreferenceError(DataError):
     """A preference matrix is malformed or contradictory; ``p``, ``i``, ``j`` locate it
-    (``p`` is None for a single (G, G) matrix)."""
+    (``p`` is None for a single (G, G) matrix). A :class:`DataError`, as is what
+    ``advantages.check_preferences`` raises, so callers catching either keep working."""
 
     def __init__(self, message: str, p: int | None = None, i: int | None = None, j: int | None = None):
         super().__init__(message)
@@ -74,7 +76,7 @@ def _where(p: int | None, i: int, j: int) -> str:
     return f"pair (i={i}, j={j})" if p is None else f"prompt p={p}, pair (i={i}, j={j})"
 
 
-def find_cycle(m: torch.Tensor, atol: float = 1e-6) -> list[int] | None:
+def find_cycle(m: torch.Tensor, atol: float = ATOL) -> list[int] | None:
     """A cycle ``[i, j, ..., i]`` of strict preferences (``M[a, b] > atol``: a beats b) in one
     (G, G) matrix, or None. Depth-first search; G is small."""
     G = m.shape[0]
@@ -105,7 +107,7 @@ def find_cycle(m: torch.Tensor, atol: float = 1e-6) -> list[int] | None:
     return None
 
 
-def check_preferences(matrix, atol: float = 1e-6, cycles: str = "warn") -> torch.Tensor:
+def check_preferences(matrix, atol: float = ATOL, cycles: str = "warn") -> torch.Tensor:
     """Validate a preference matrix (G, G) or (P, G, G) and return it as a float32 tensor.
 
     Raises :class:`PreferenceError` naming the first (p, i, j), in index order, that is not
@@ -216,7 +218,7 @@ def _ask(rule: Rule, prompt: str, a: str, b: str, ctx: dict, p: int, i: int, j: 
 
 def preferences_from_rule(rule: Rule, prompts: Sequence[str], groups: Sequence[Sequence[str]],
                           columns: dict[str, Sequence] | None = None, orders: str = "both",
-                          atol: float = 1e-6, cycles: str = "warn") -> torch.Tensor:
+                          atol: float = ATOL, cycles: str = "warn") -> torch.Tensor:
     """Compare every pair in each group with ``rule(prompt, a, b, **columns) -> v``, v in
     [-1, 1] (> 0: a is better). ``columns`` hold one value per prompt. Returns (P, G, G).
 

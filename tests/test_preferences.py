@@ -10,13 +10,12 @@ from hypothesis import strategies as st
 
 from grpo_kit.errors import DataError, RewardError
 from grpo_kit.judges import math_answer
-from grpo_kit.preferences import (PreferenceCycleWarning, PreferenceError, check_preferences, closeness_rule,
+from grpo_kit.preferences import (ATOL, PreferenceCycleWarning, PreferenceError, check_preferences, closeness_rule,
                                   correctness_rule, ensemble_preferences, find_cycle, load_preference_groups,
                                   preference_agreement, preferences_from_judge, preferences_from_rule,
                                   preferences_from_scores, preferences_from_trl_pairwise, rule_from_scalar,
                                   stack_groups, to_trl_pairwise, write_preference_groups)
 
-ATOL = 1e-6
 
 
 def reference_valid(m) -> bool:
@@ -83,6 +82,7 @@ def test_errors_name_the_pair():
 
 
 def test_soft_labels_are_allowed():
+    assert issubclass(PreferenceError, DataError)  # callers of advantages.check_preferences catch DataError
     m = check_preferences([[0, 0.3], [-0.3, 0]])
     assert m.dtype == torch.float32 and m[0, 1].item() == pytest.approx(0.3)
 
@@ -238,7 +238,7 @@ def perturbed_matrices(draw):
             for j in range(i + 1, G):
                 v = draw(st.sampled_from([-1.0, 0.0, 1.0]) | st.floats(-1, 1))
                 m[p][i][j], m[p][j][i] = v, -v
-    bad = st.sampled_from([2.0, -1.5, float("nan"), float("inf"), 0.25, 1.0, -1.0, 1e-9, 1.0000001])
+    bad = st.sampled_from([2.0, -1.5, float("nan"), float("inf"), 0.25, 1.0, -1.0, 1e-9, 1e-5, 2e-5, 1.00001, 1.0001])
     for _ in range(draw(st.integers(0, 2))):
         p, i, j = draw(st.integers(0, P - 1)), draw(st.integers(0, G - 1)), draw(st.integers(0, G - 1))
         m[p][i][j] = draw(bad | st.floats(-2, 2))
