@@ -109,22 +109,13 @@ def preferences_from_rewards(rewards: torch.Tensor) -> torch.Tensor:
     return torch.sign(rewards.unsqueeze(2) - rewards.unsqueeze(1))  # (P, G, G)
 
 
-def check_preferences(prefs: torch.Tensor) -> None:
-    """Raise :class:`DataError` unless prefs is a finite, antisymmetric (P, G, G) tensor in [-1, 1]."""
-    if prefs.dim() != 3 or prefs.shape[1] != prefs.shape[2] or prefs.shape[1] < 2:
-        raise DataError(f"preferences must be (P, G, G) with G >= 2, got shape {tuple(prefs.shape)}")
-    if not bool(torch.isfinite(prefs).all()) or bool((prefs.abs() > 1 + 1e-6).any()):
-        raise DataError("preferences must be finite and in [-1, 1] (+1: i beats j, -1: j beats i, 0: tie)")
-    bad = (prefs + prefs.transpose(1, 2)).abs() > 1e-5  # (P, G, G)
-    if bool(bad.any()):
-        p, i, j = (int(v) for v in bad.nonzero()[0])
-        raise DataError(f"preferences not antisymmetric at prompt {p}: M[{i},{j}]={float(prefs[p, i, j])} but "
-                        f"M[{j},{i}]={float(prefs[p, j, i])}; set M[j,i] = -M[i,j] (see judges' pairwise output)")
-
-
 def pairwise_winrate(prefs: torch.Tensor) -> torch.Tensor:
     """Each answer's wins minus losses in its group, divided by G - 1: in [-1, 1], sums to 0. (P, G, G) -> (P, G)"""
-    check_preferences(prefs)
+    from .preferences import check_preferences  # the one validator: names the offending (p, i, j)
+
+    if prefs.dim() != 3 or prefs.shape[1] < 2:
+        raise DataError(f"preferences must be (P, G, G) with G >= 2, got shape {tuple(prefs.shape)}")
+    check_preferences(prefs, cycles="ignore")
     G = prefs.shape[1]
     return prefs.sum(dim=2) / (G - 1)  # (P, G); the diagonal is 0 by antisymmetry
 

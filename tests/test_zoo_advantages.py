@@ -42,7 +42,7 @@ def test_pairwise_winrate_by_hand_with_a_soft_label():
 
 def test_pairwise_rejects_a_non_antisymmetric_matrix():
     M = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]])
-    with pytest.raises(DataError, match="antisymmetric at prompt 0"):
+    with pytest.raises(DataError, match=r"prompt p=0, pair \(i=0, j=1\) is contradictory"):
         pairwise_winrate(M)
     with pytest.raises(DataError, match=r"\[-1, 1\]"):
         pairwise_winrate(torch.tensor([[[0.0, 2.0], [-2.0, 0.0]]]))
