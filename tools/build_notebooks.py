@@ -196,6 +196,8 @@ def build():
     for name, cells in {**NOTEBOOKS, **sibling_notebooks()}.items():
         nb = nbf.v4.new_notebook()
         nb.cells = cells
+        for n, cell in enumerate(cells):  # stable ids: rebuilding an unchanged notebook changes nothing
+            cell["id"] = f"cell-{n:02d}"
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nb.metadata["language_info"] = {"name": "python"}
         nbf.write(nb, HERE / name)
