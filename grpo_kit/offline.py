@@ -48,12 +48,30 @@ def encode_groups(tokenizer, prompts: Sequence[str], groups: Sequence[Sequence[s
             completion_ids.to(device), completion_mask.to(device))
 
 
-def group_logprobs(model, tokenizer, prompts, groups) -> torch.Tensor:
-    """Summed completion log-probabilities (P, K) of the given responses under ``model``."""
+def group_logprobs(model, tokenizer, prompts, groups, return_lengths: bool = False):
+    """Summed completion log-probabilities (P, K) of the given responses under ``model``
+    (and their token counts (P, K), EOS included, with ``return_lengths``)."""
     device = next(model.parameters()).device
     pi, pm, ci, cm = encode_groups(tokenizer, prompts, groups, device)
     logp, _ = completion_logprobs(model, pi, pm, ci, cm)  # (B, Tc)
-    return (logp * cm).sum(-1).view(len(prompts), -1)  # (P, K)
+    seq = (logp * cm).sum(-1).view(len(prompts), -1)  # (P, K)
+    return (seq, cm.sum(-1).view(len(prompts), -1)) if return_lengths else seq
+
+
+def clear_winners(prefs: torch.Tensor) -> torch.Tensor:
+    """(P, K) bool: responses that win at least one clear pair and lose none (the right answers)."""
+    return (prefs >= 1 - 1e-6).any(-1) & ~(prefs <= -1 + 1e-6).any(-1)
+
+
+def anchor_nll(seq_logp: torch.Tensor, lengths: torch.Tensor, winners: torch.Tensor) -> torch.Tensor:
+    """Mean per-token negative log-likelihood of the clear winners (0 when there are none).
+
+    Pure preference losses only fix *differences* of log-probabilities; both sides can fall
+    together and the mass go to answers nobody sampled (likelihood displacement). This anchor
+    keeps the winners likely (the NLL term of iterative RPO, Pang et al. 2024).
+    """
+    w = winners.float()  # (P, K)
+    return -(seq_logp / lengths.clamp(min=1) * w).sum() / w.sum().clamp(min=1)
 
 
 def stage_preferences(prefs: torch.Tensor, stage: int) -> torch.Tensor:
@@ -77,7 +95,8 @@ def offline_loss(seq_logp, prefs, loss: str = "margin", ref_seq_logp=None, margi
 
 
 def offline_step(policy, ref, tokenizer, optimizer, records: Sequence[dict], stage: int = 2,
-                 loss: str = "margin", margin: float = 1.0, beta: float = 0.1, max_grad_norm: float = 1.0) -> dict:
+                 loss: str = "margin", margin: float = 1.0, beta: float = 0.1, max_grad_norm: float = 1.0,
+                 nll_coef: float = 0.0) -> dict:
     """One optimizer step on a batch of preference groups -> metrics."""
     prompts = [r["prompt"] for r in records]
     groups = [list(r["responses"]) for r in records]
@@ -87,8 +106,11 @@ def offline_step(policy, ref, tokenizer, optimizer, records: Sequence[dict], sta
         with torch.no_grad():
             ref_lp = group_logprobs(ref, tokenizer, prompts, groups)  # (P, K)
     policy.train()
-    seq_logp = group_logprobs(policy, tokenizer, prompts, groups)  # (P, K)
-    value = offline_loss(seq_logp, prefs.to(seq_logp.device), loss, ref_lp, margin, beta)
+    seq_logp, lengths = group_logprobs(policy, tokenizer, prompts, groups, return_lengths=True)  # (P, K)
+    prefs = prefs.to(seq_logp.device)
+    value = offline_loss(seq_logp, prefs, loss, ref_lp, margin, beta)
+    if nll_coef:
+        value = value + nll_coef * anchor_nll(seq_logp, lengths, clear_winners(prefs))
     optimizer.zero_grad(set_to_none=True)
     value.backward()
     gn = torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], max_grad_norm)
@@ -99,7 +121,8 @@ def offline_step(policy, ref, tokenizer, optimizer, records: Sequence[dict], sta
 
 def train_offline(policy, ref, tokenizer, records: Sequence[dict], steps: int, eval_items: list[dict],
                   batch_prompts: int = 16, lr: float = 3e-4, loss: str = "margin", stage1_steps: int = 0,
-                  margin: float = 1.0, beta: float = 0.1, eval_every: int = 50, seed: int = 0) -> Iterator[dict]:
+                  margin: float = 1.0, beta: float = 0.1, eval_every: int = 50, seed: int = 0,
+                  nll_coef: float = 0.0) -> Iterator[dict]:
     """Staged offline training; yields one metrics dict per step (``accuracy`` on eval steps).
 
     The first yielded dict is the base evaluation at step 0.
@@ -112,7 +135,8 @@ def train_offline(policy, ref, tokenizer, records: Sequence[dict], steps: int, e
         t0 = time.perf_counter()
         idx = torch.randint(len(records), (batch_prompts,), generator=g).tolist()
         stage = 1 if step <= stage1_steps else 2
-        m = offline_step(policy, ref, tokenizer, opt, [records[i] for i in idx], stage, loss, margin, beta)
+        m = offline_step(policy, ref, tokenizer, opt, [records[i] for i in idx], stage, loss, margin, beta,
+                         nll_coef=nll_coef)
         m.update(step=step, step_time=time.perf_counter() - t0)
         if step == steps or (eval_every and step % eval_every == 0):
             m["accuracy"] = greedy_accuracy(policy, tokenizer, eval_items, budget)

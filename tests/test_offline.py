@@ -42,3 +42,15 @@ def test_pregenerate_labels_are_valid_and_consistent(tiny):
         m = check_preferences(r["preference_matrix"])
         assert len(r["responses"]) == 4 and set(m.abs().flatten().tolist()) <= {0.0, 0.5, 1.0}
         assert r["answer"] and "completion" not in r
+
+
+def test_clear_winners_and_anchor_nll_by_hand():
+    from grpo_kit.offline import anchor_nll, clear_winners
+
+    # response 0 beats 1 clearly; 1 and 2 tie softly: only 0 is a clear winner
+    m = torch.tensor([[[0.0, 1.0, 1.0], [-1.0, 0.0, 0.5], [-1.0, -0.5, 0.0]]])
+    assert clear_winners(m).tolist() == [[True, False, False]]
+    # winner's summed log-prob -3 over 2 tokens -> NLL per token 1.5
+    seq = torch.tensor([[-3.0, -10.0, -20.0]])
+    assert anchor_nll(seq, torch.tensor([[2, 4, 5]]), clear_winners(m)).item() == 1.5
+    assert anchor_nll(seq, torch.tensor([[2, 4, 5]]), torch.zeros(1, 3, dtype=torch.bool)).item() == 0.0
