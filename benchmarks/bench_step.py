@@ -8,7 +8,8 @@ Variants (measured in one process, alternating: trl, kit, floor, trl, kit, floor
 |---------|------------------|
 | `kit`   | ``grpo_kit.train.grpo_step``: draw P prompts, sample P*G completions, judge, advantages, reference forward (when the config needs one), policy forward/backward, clip, AdamW, metrics |
 | `trl`   | one optimizer step of ``trl.GRPOTrainer`` (on CPU, no vLLM) with the same settings, timed from ``on_step_begin`` to ``on_step_end`` of a ``TrainerCallback`` |
-| `floor` | the compute no GRPO step can avoid: the kit's ``sampling.generate`` on prompts tokenised once, one policy forward/backward of ``-(adv * logp)`` over completion tokens, one reference forward (only when the config needs one), ``AdamW.step`` and ``zero_grad``; no judging, no gradient clipping, no metrics |
+| `floor` | the compute no GRPO step can avoid: the kit's ``sampling.generate`` on prompts tokenised once, one policy forward/backward (``logprobs.completion_logprobs``) of ``-(adv * logp)`` over completion tokens, one reference forward (only when the config needs one), ``AdamW.step`` and ``zero_grad``; no judging, no entropy, no gradient clipping, no metrics. Same prompt sharing as the kit (``share_prompt_prefix``) |
+| `floor_plain` | (opt-in) the floor with every row's prompt encoded separately, as TRL does |
 
 Settings shared by all three: the shipped tiny model and tokenizer, the arithmetic task's train
 split, ``judges.exact_answer``, P prompts x G completions, max completion length, temperature
@@ -43,7 +44,7 @@ from grpo_kit.tasks import get_task
 from grpo_kit.tiny import load_model
 from grpo_kit.train import grpo_step, setup
 
-VARIANTS = ("trl", "kit", "floor")
+VARIANTS = ("trl", "kit", "floor")  # also selectable: floor_plain (the floor without prompt sharing)
 
 
 def have_trl() -> bool:
@@ -76,7 +77,8 @@ def bench_config(args) -> GRPOConfig:
     return GRPOConfig(num_prompts=args.prompts, num_generations=args.G, max_completion_length=args.length,
                       beta=args.beta, log_kl=args.log_kl, loss_type=args.loss_type,
                       scale_rewards=args.scale_rewards, learning_rate=args.lr, threads=args.threads,
-                      device="cpu", steps=10**6, eval_every=0, eval_size=1, seed=args.seed)
+                      device="cpu", steps=10**6, eval_every=0, eval_size=1, seed=args.seed,
+                      share_prompt_prefix=not args.no_share)
 
 
 # ---------------------------------------------------------------- the three steps
@@ -87,7 +89,11 @@ def kit_stepper(cfg: GRPOConfig):
 
 
 def floor_stepper(cfg: GRPOConfig):
-    """Generate + policy forward/backward + reference forward (if needed) + AdamW, nothing else."""
+    """Generate + policy forward/backward + reference forward (if needed) + AdamW, nothing else.
+
+    With ``cfg.share_prompt_prefix`` (the default) it uses the kit's shared-prompt encoding too,
+    so ``kit / floor`` is what the kit adds around its compute; ``floor_plain`` turns it off.
+    """
     policy, tok = load_model(cfg.model, "cpu")
     ref = load_model(cfg.model, "cpu")[0].requires_grad_(False) if (cfg.beta != 0 or cfg.log_kl) else None
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
@@ -98,22 +104,34 @@ def floor_stepper(cfg: GRPOConfig):
     prompt_ids, prompt_mask = encode_prompts(tok, rows, "cpu")  # (B, Tp) tokenised once, outside the timing
     temps = row_temperatures(cfg.temperature, P, G, "cpu")  # (B, 1)
     adv = torch.randn(P * G, 1, generator=g)  # (B, 1) stands in for judged advantages
+    share = G if cfg.share_prompt_prefix else 1
 
     def step():
         policy.eval()
         cids, cmask = generate(policy, prompt_ids, prompt_mask, cfg.max_completion_length, tok.eos_token_id,
-                               tok.pad_token_id, temps, g)  # (B, Tc), (B, Tc)
+                               tok.pad_token_id, temps, g, group_size=share)  # (B, Tc), (B, Tc)
         if ref is not None:
             with torch.no_grad():
-                completion_logprobs(ref, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1))
+                completion_logprobs(ref, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1), group_size=share)
         policy.train()
-        logp, _ = completion_logprobs(policy, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1))  # (B, Tc)
+        logp, _ = completion_logprobs(policy, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1),
+                                      group_size=share)  # (B, Tc)
         m = cmask.float()
         loss = -(adv * logp * m).sum() / m.sum()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
+
+
+def stepper(cfg: GRPOConfig, variant: str):
+    if variant == "kit":
+        return kit_stepper(cfg)
+    if variant == "floor":
+        return floor_stepper(cfg)
+    if variant == "floor_plain":
+        return floor_stepper(cfg.replace(share_prompt_prefix=False))
+    raise SystemExit(f"unknown variant {variant!r}: choose from trl, kit, floor, floor_plain")
 
 
 def trl_trainer(cfg: GRPOConfig, out_dir: str, max_steps: int, callbacks):
@@ -142,7 +160,7 @@ def trl_trainer(cfg: GRPOConfig, out_dir: str, max_steps: int, callbacks):
 def measure(cfg: GRPOConfig, variants, reps: int, warmup: int, log=print):
     """Wall and process-CPU seconds per step for each variant: ``warmup`` untimed rounds, then
     ``reps`` alternating rounds. Returns two dicts variant -> list of seconds."""
-    steppers = {v: (kit_stepper if v == "kit" else floor_stepper)(cfg) for v in variants if v != "trl"}
+    steppers = {v: stepper(cfg, v) for v in variants if v != "trl"}
     times: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[float]] = {v: [] for v in variants}  # process CPU seconds (all threads) per step
 
@@ -210,7 +228,7 @@ def run_probe(cfg: GRPOConfig, variant: str, steps: int) -> dict:
         with tempfile.TemporaryDirectory() as d:
             trl_trainer(cfg, d, steps, [Note()]).train()
         return {"rss_before_steps_mb": before["rss"], "peak_rss_mb": rss_mb()}
-    fn = (kit_stepper if variant == "kit" else floor_stepper)(cfg)
+    fn = stepper(cfg, variant)
     rss0 = current_rss_mb()
     for _ in range(steps):
         fn()
@@ -225,7 +243,8 @@ def summarise(cfg: GRPOConfig, times: dict, cpu: dict, memory: dict, args) -> di
                      "max_completion_length": cfg.max_completion_length, "temperature": cfg.temperature,
                      "beta": cfg.beta, "log_kl": cfg.log_kl, "loss_type": cfg.loss_type,
                      "scale_rewards": cfg.scale_rewards, "learning_rate": cfg.learning_rate,
-                     "threads": cfg.threads, "reps": args.reps, "warmup": args.warmup},
+                     "threads": cfg.threads, "share_prompt_prefix": cfg.share_prompt_prefix,
+                     "reps": args.reps, "warmup": args.warmup},
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "loadavg_1m": os.getloadavg()[0]},
         "median_s": med,
         "median_cpu_s": cpu_med,
@@ -249,11 +268,11 @@ def report(res: dict) -> str:
     s = res["settings"]
     lines = [f"P={s['P']} G={s['G']} len={s['max_completion_length']} beta={s['beta']} log_kl={s['log_kl']} "
              f"loss={s['loss_type']} threads={s['threads']} reps={s['reps']} (load {res['machine']['loadavg_1m']:.1f})",
-             f"{'variant':8s} {'median s':>9s} {'min s':>8s} {'median CPU s':>13s} {'peak RSS MiB':>13s} "
+             f"{'variant':11s} {'median s':>9s} {'min s':>8s} {'median CPU s':>13s} {'peak RSS MiB':>13s} "
              f"{'RSS before MiB':>15s}"]
     for v, med in res["median_s"].items():
         m = res["memory"].get(v, {})
-        lines.append(f"{v:8s} {med:9.4f} {min(res['times_s'][v]):8.4f} {res['median_cpu_s'][v]:13.4f} "
+        lines.append(f"{v:11s} {med:9.4f} {min(res['times_s'][v]):8.4f} {res['median_cpu_s'][v]:13.4f} "
                      f"{m.get('peak_rss_mb', float('nan')):13.1f} {m.get('rss_before_steps_mb', float('nan')):15.1f}")
     for k in ("ratio_kit_over_trl", "ratio_kit_over_floor", "cpu_ratio_kit_over_trl", "cpu_ratio_kit_over_floor"):
         if k in res:
@@ -276,7 +295,8 @@ def parse(argv=None):
     p.add_argument("--scale-rewards", default="none")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma list of trl,kit,floor")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma list of trl,kit,floor,floor_plain")
+    p.add_argument("--no-share", action="store_true", help="kit and floor without share_prompt_prefix")
     p.add_argument("--mem-steps", type=int, default=3, help="steps each memory subprocess runs (0: no memory)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--only", help=argparse.SUPPRESS)
