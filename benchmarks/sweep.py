@@ -54,6 +54,7 @@ def plot(points: list[dict], base_length: int, base_G: int, path: Path) -> None:
         axes[1, col].set(xlabel=label, ylabel="peak RSS (MiB)", xscale="log", title=f"peak memory ({fixed_key}={fixed})")
         for ax in axes[:, col]:
             ax.set_xticks(xs, [str(x) for x in xs])
+            ax.minorticks_off()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

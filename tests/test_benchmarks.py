@@ -1,9 +1,12 @@
 """Smoke tests: the benchmark scripts run end to end on a tiny setting (they assert no times)."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_step, sweep
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+from benchmarks import bench_step, sweep  # noqa: E402
 
 TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
 
