@@ -95,6 +95,10 @@ class GRPOConfig:
     """bf16 autocast on CUDA (ignored on CPU, which trains in float32)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory (large models)."""
+    share_prompt_prefix: bool = True
+    """Encode each group's prompt once and share its key-value cache among the G completions, in
+    sampling and in the log-prob forwards (P*Tp + B*Tc tokens instead of B*(Tp+Tc)); the same
+    numbers up to float rounding. Off, or with gradient checkpointing: the plain forward."""
     threads: int | None = 2
     """torch CPU threads (None leaves torch's default)."""
 

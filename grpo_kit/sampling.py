@@ -67,10 +67,43 @@ def new_cache(model):
     return DynamicCache(config=model.config)
 
 
+def repeated_groups(x: torch.Tensor, group_size: int) -> bool:
+    """True when the rows of ``x`` (B, ...) come in runs of ``group_size`` identical rows."""
+    B = x.shape[0]
+    if group_size <= 1 or B % group_size:
+        return False
+    first = x[::group_size].repeat_interleave(group_size, dim=0)  # (B, ...) each group's first row
+    return torch.equal(first, x)
+
+
+def prefill(model, prompt_ids, prompt_mask, group_size: int = 1, **kwargs):
+    """Forward the prompts into a fresh key-value cache -> (model output, cache keyword).
+
+    When rows come in groups of ``group_size`` identical prompts (``sample_groups`` lays them
+    out so), each distinct prompt is run once and the cache and logits are repeated G times:
+    the prompt costs P rows instead of B = P*G. Without grad the result matches running all B
+    rows (up to float rounding of a smaller matrix product); with grad, the gradient of the
+    shared prompt activations is the sum over the group, as it is for B separate rows.
+    """
+    cache = {cache_argument(model): new_cache(model)}  # filled in place by each forward
+    share = repeated_groups(prompt_ids, group_size) and repeated_groups(prompt_mask, group_size)
+    ids, mask = (prompt_ids[::group_size], prompt_mask[::group_size]) if share else (prompt_ids, prompt_mask)
+    mask = mask.long()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True,
+                **cache, **kwargs)  # logits (P or B, Tp or kept, V)
+    if share:
+        next(iter(cache.values())).batch_repeat_interleave(group_size)
+        out.logits = out.logits.repeat_interleave(group_size, dim=0)  # (B, ., V)
+    return out, cache
+
+
 @torch.no_grad()
 def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int,
-             temperature=1.0, generator: torch.Generator | None = None):
+             temperature=1.0, generator: torch.Generator | None = None, group_size: int = 1):
     """Sample continuations; ``temperature`` is a float or a (B, 1) tensor, 0 means greedy.
+
+    ``group_size``: rows come in runs of this many identical prompts (see :func:`prefill`);
+    the prompts are then encoded once per group.
 
     Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens.
     """
@@ -80,9 +113,7 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     greedy = temps <= 0  # (B, 1)
     attn = prompt_mask.long()  # (B, Tp)
     pos = position_ids_from_mask(attn)  # (B, Tp)
-    cache = {cache_argument(model): new_cache(model)}  # filled in place by each forward
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                logits_to_keep=1, **cache)
+    out, cache = prefill(model, prompt_ids, attn, group_size, logits_to_keep=1)
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
     tokens = []
     for t in range(max_new_tokens):
@@ -123,7 +154,7 @@ def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, ma
     model.eval()
     completion_ids, completion_mask = generate(
         model, prompt_ids, prompt_mask, max_new_tokens, tokenizer.eos_token_id,
-        tokenizer.pad_token_id, temps, generator)
+        tokenizer.pad_token_id, temps, generator, group_size=G)
     model.train(was_training)
     has_eos = ((completion_ids == tokenizer.eos_token_id) & completion_mask.bool()).any(-1)  # (B,)
     texts = tokenizer.batch_decode(completion_ids * completion_mask + tokenizer.pad_token_id * (1 - completion_mask),

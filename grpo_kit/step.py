@@ -40,14 +40,20 @@ def loss_mask(rollouts: Rollouts, mask_truncated: bool) -> torch.Tensor:
     return mask
 
 
+def shared_group(s: slice, G: int, share: bool) -> int:
+    """Group size whose prompt a micro-batch may encode once (1 when ``s`` cuts through a group)."""
+    return G if share and s.start % G == 0 and (s.stop - s.start) % G == 0 else 1
+
+
 @torch.no_grad()
-def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx) -> torch.Tensor:
+def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False) -> torch.Tensor:
     """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
     out = []
     for s in slices:
         with ctx:
             lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
-                                        rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s])
+                                        rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s],
+                                        group_size=shared_group(s, rollouts.num_generations, share_prompt))
         out.append(lp.float())
     return torch.cat(out)  # (B, Tc)
 
@@ -72,9 +78,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     need_ref = ref is not None and (cfg.beta != 0.0 or cfg.log_kl)
     if cfg.beta != 0.0 and ref is None:
         raise ValueError("beta != 0 needs a reference model")
-    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx) if need_ref else None  # (B, Tc)
+    share = getattr(cfg, "share_prompt_prefix", False)
+    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share) if need_ref else None  # (B, Tc)
     # with a single update the sampling policy is the current one: old = logp.detach() (as TRL)
-    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx) if cfg.num_iterations > 1 else None
+    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share) if cfg.num_iterations > 1 else None
 
     params = [p for p in policy.parameters() if p.requires_grad]
     sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
@@ -89,7 +96,8 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                 logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
-                                                entropy_grad=cfg.entropy_coef != 0)
+                                                entropy_grad=cfg.entropy_coef != 0,
+                                                group_size=shared_group(s, rollouts.num_generations, share))
             logp = logp.float()  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             per_token, info = grpo_per_token_loss(

@@ -159,7 +159,8 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
 
 STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
-RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device"}
+RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
+                     "share_prompt_prefix"}
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:

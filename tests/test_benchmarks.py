@@ -1,0 +1,42 @@
+"""Smoke tests: the benchmark scripts run end to end on a tiny setting (they assert no times)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+from benchmarks import bench_step, sweep  # noqa: E402
+
+TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
+
+
+def test_bench_step_kit_and_floor_write_json(tmp_path):
+    out = tmp_path / "bench.json"
+    res = bench_step.main(TINY + ["--variants", "kit,floor", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert set(saved["median_s"]) == {"kit", "floor"}
+    assert saved["ratio_kit_over_floor"] == pytest.approx(saved["median_s"]["kit"] / saved["median_s"]["floor"])
+    assert all(saved["memory"][v]["peak_rss_mb"] >= saved["memory"][v]["rss_before_steps_mb"] > 0 for v in ("kit", "floor"))
+    assert res["settings"]["G"] == 2 and len(saved["times_s"]["kit"]) == 1
+
+
+def test_bench_step_against_trl(tmp_path):
+    if not bench_step.have_trl():
+        pytest.skip("trl is not installed; the TRL comparison needs `pip install -r requirements-bench.txt`")
+    res = bench_step.main(TINY + ["--variants", "trl,kit", "--mem-steps", "0", "--out", str(tmp_path / "b.json")])
+    assert set(res["median_s"]) == {"trl", "kit"} and "ratio_kit_over_trl" in res
+
+
+def test_missing_trl_is_skipped_with_a_message(monkeypatch, capsys):
+    monkeypatch.setattr(bench_step, "have_trl", lambda: False)
+    res = bench_step.main(TINY + ["--variants", "trl,kit", "--mem-steps", "0"])
+    assert "trl is not installed" in capsys.readouterr().out
+    assert set(res["median_s"]) == {"kit"}
+
+
+def test_sweep_writes_json_and_png(tmp_path):
+    pts = sweep.main(["--groups", "2", "--lengths", "3", "--G", "2", "--length", "3", "--prompts", "2", "--reps", "1",
+                      "--warmup", "0", "--threads", "1", "--out", str(tmp_path)])
+    assert [(p["G"], p["length"], p["B"]) for p in pts] == [(2, 3, 4)]  # the length axis repeats (2, 3): run once
+    assert (tmp_path / "sweep.png").stat().st_size > 0 and json.loads((tmp_path / "sweep.json").read_text())["points"]
