@@ -64,3 +64,19 @@ def test_skipping_bad_rows_from_the_config(tmp_path, capsys):
     code, err = _train(tmp_path, capsys, BASE + "on_bad_row: skip\n", "--dataset", str(data))
     assert code == 0 and "skipped 1 malformed row(s) of 2" in err and "line 2" in err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 1
+
+
+def test_ctrl_c_in_train_says_where_to_resume(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    loop = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function)
+
+    class CtrlCDuringTheStep(loop.StopOnSigint):
+        def __enter__(self):
+            self.requested = True  # as if Ctrl-C came during the step
+            return self
+    monkeypatch.setattr(loop, "StopOnSigint", CtrlCDuringTheStep)
+    code, err = _train(tmp_path, capsys, BASE.replace("steps: 1", "steps: 5"))
+    assert code == 130 and "stopped by Ctrl-C after step 1 of 5" in err and "--resume" in err
+    assert (tmp_path / "run" / "checkpoints" / "step-000001").is_dir()
+    assert len((tmp_path / "run" / "history.jsonl").read_text().splitlines()) == 1

@@ -181,3 +181,33 @@ def test_save_checkpoint_pause_hook_only_fires_on_its_step(two_steps, monkeypatc
     _, run, out = two_steps
     monkeypatch.setenv("GRPO_KIT_PAUSE_IN_CHECKPOINT", "7")
     assert save_checkpoint(run, out).name == "step-000002"  # would sleep 600 s if it fired
+
+
+# ---------------------------------------------------------------- Ctrl-C handler
+
+def test_first_ctrl_c_asks_to_stop_second_interrupts_and_the_old_handler_comes_back():
+    import os
+    import signal
+    import threading
+    import time
+
+    from grpo_kit.train import StopOnSigint
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopOnSigint() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs at the next bytecode boundary
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is before
+
+    seen = []
+    def in_a_thread():  # signal handlers can only be set from the main thread: do nothing there
+        with StopOnSigint() as s:
+            seen.append(s.active)
+    t = threading.Thread(target=in_a_thread)
+    t.start()
+    t.join()
+    assert seen == [False] and signal.getsignal(signal.SIGINT) is before
