@@ -27,9 +27,11 @@ def _is_num(v) -> bool:
 
 
 def _task_names() -> list[str]:
-    from .tasks import TASKS
+    """Built-in generators and tasks that ship a held-out ``datasets/<task>_test.jsonl``."""
+    from .tasks import DATASETS_DIR, TASKS
 
-    return sorted(TASKS)
+    shipped = {p.name[:-len("_test.jsonl")] for p in DATASETS_DIR.glob("*_test.jsonl")}
+    return sorted(set(TASKS) | shipped)
 
 
 @dataclass

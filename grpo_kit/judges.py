@@ -152,6 +152,8 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
             fail(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}", slice(None))
             continue
         try:
+            if isinstance(vals, (str, bytes, dict)):  # iterable, but not one value per completion
+                raise TypeError
             vals = list(vals)
         except TypeError:
             fail(f"reward function {_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats",

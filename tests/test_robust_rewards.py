@@ -60,6 +60,10 @@ def test_a_raising_or_miscounting_function_makes_every_sample_bad(policy):
     assert bad.all() and "'broken' raised ZeroDivisionError: oops" in reasons[0]
     _, _, bad, reasons = score_with_policy([values([1.0])], *_args(2), policy=policy)
     assert bad.all() and "returned 1 values for 2 completions" in reasons[0]
+    def as_text(prompts, completions, **kw):
+        return "11"  # two characters for two completions: still not a list of rewards
+    _, _, bad, reasons = score_with_policy([as_text], *_args(2), policy=policy)
+    assert bad.all() and "'as_text' returned str; return a list of 2 floats" in reasons[0]
 
 
 def test_a_hung_function_times_out_with_its_name():
