@@ -179,11 +179,11 @@ class StopOnSigint:
         self._restore()
 
 
-def _skipped_steps(history: list[dict]) -> int:
-    """How many of the last steps in a row skipped their update."""
+def _skipped_steps(history: list[dict], num_iterations: int) -> int:
+    """How many of the last steps in a row skipped every one of their ``num_iterations`` updates."""
     n = 0
     for m in reversed(history):
-        if not m.get("skipped"):
+        if m.get("skipped", 0.0) < num_iterations:
             break
         n += 1
     return n
@@ -191,14 +191,15 @@ def _skipped_steps(history: list[dict]) -> int:
 
 def _too_many_skips(run: Run, out_dir) -> TrainingError:
     cfg, last = run.cfg, run.history[-1]
-    n = _skipped_steps(run.history)
+    n = _skipped_steps(run.history, cfg.num_iterations)
     where = latest_checkpoint(out_dir) if out_dir is not None else None
     bad = sum(m.get("rewards/bad_samples", 0.0) for m in run.history[-n:])
     return TrainingError(
-        f"stopped at step {run.step}: the last {n} updates were all skipped (max_consecutive_skips={cfg.max_consecutive_skips}); "
+        f"stopped at step {run.step}: the last {n} updates were all skipped "
+        f"(max_consecutive_skips={cfg.max_consecutive_skips}); "
         f"last loss={last.get('loss')}, grad_norm={last.get('grad_norm')}, bad reward samples in those steps={bad:g}. "
         f"The weights are those of step {run.step - n} (skipped updates never change them). Try: "
-        + ("fix the reward functions (every sample's reward was bad); " if bad else "")
+        + ("check the reward functions (they gave bad values in those steps); " if bad else "")
         + f"a lower learning_rate (now {cfg.learning_rate}), a smaller max_grad_norm (now {cfg.max_grad_norm}), "
         f"bf16=False, or check the data for extreme inputs"
         + (f"; the last checkpoint is {where}" if where is not None else ""))
@@ -231,7 +232,8 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
             if stop:
                 metrics["stopped"] = 1.0
             run.history.append(metrics)
-            if cfg.max_consecutive_skips and _skipped_steps(run.history) >= cfg.max_consecutive_skips:
+            skips = _skipped_steps(run.history, cfg.num_iterations)
+            if cfg.max_consecutive_skips and skips >= cfg.max_consecutive_skips:
                 raise _too_many_skips(run, out_dir)
             if out_dir is not None and (last or (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0)):
                 save_checkpoint(run, out_dir)

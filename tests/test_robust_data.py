@@ -1,4 +1,5 @@
-"""Loaders reject malformed rows with file, line and reason, or skip and count them; random bytes only give DataError."""
+"""Loaders reject malformed rows with file, line and reason, or skip and count them;
+random lines and bytes only ever give DataError."""
 import json
 import logging
 

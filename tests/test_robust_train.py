@@ -26,11 +26,13 @@ def _same(a, b):
 
 def nan_in_training_forward(run):
     """A hook that makes the logits NaN whenever gradients are on: sampling works, every loss is NaN."""
-    return run.policy.lm_head.register_forward_hook(lambda m, i, out: out * float("nan") if torch.is_grad_enabled() else out)
+    def poison(module, inputs, out):
+        return out * float("nan") if torch.is_grad_enabled() else out
+    return run.policy.lm_head.register_forward_hook(poison)
 
 
 def test_nan_loss_skips_the_update_and_leaves_weights_and_optimizer_alone(small_cfg):
-    cfg = small_cfg.replace(steps=3, max_consecutive_skips=0)
+    cfg = small_cfg.replace(threads=1, steps=3, max_consecutive_skips=0)
     run = setup(cfg)
     list(train(cfg.replace(steps=1), run))  # one real update, so the optimizer has state
     before, opt_before = _weights(run.policy), copy.deepcopy(run.optimizer.state_dict())
@@ -45,7 +47,7 @@ def test_nan_loss_skips_the_update_and_leaves_weights_and_optimizer_alone(small_
 
 
 def test_too_many_skips_in_a_row_stop_with_a_report(small_cfg, tmp_path):
-    cfg = small_cfg.replace(steps=10, max_consecutive_skips=3, checkpoint_every=1)
+    cfg = small_cfg.replace(threads=1, steps=10, max_consecutive_skips=3, checkpoint_every=1)
     run = setup(cfg)
     list(train(cfg.replace(steps=1), run, out_dir=tmp_path))
     nan_in_training_forward(run)
@@ -59,7 +61,7 @@ def test_too_many_skips_in_a_row_stop_with_a_report(small_cfg, tmp_path):
 
 def test_skip_policy_gives_bad_samples_no_gradient(tiny, small_cfg):
     policy, tok = tiny
-    cfg = small_cfg.replace(log_kl=False)
+    cfg = small_cfg.replace(threads=1, log_kl=False)
     prompts = ["12+34=", "5+7=", "40+2=", "9+9="]
     g = torch.Generator().manual_seed(0)
     rollouts = sample_groups(policy, tok, prompts, 4, cfg.max_completion_length, 1.0, g)
@@ -86,7 +88,7 @@ def every_third_is_nan(prompts, completions, answer, **kw):
 
 @pytest.mark.parametrize("policy", ["skip", "zero"])
 def test_bad_reward_policy_in_training_is_counted(small_cfg, policy):
-    cfg = small_cfg.replace(steps=2, reward_error_policy=policy)
+    cfg = small_cfg.replace(threads=1, steps=2, reward_error_policy=policy)
     run = setup(cfg, reward_funcs=[every_third_is_nan])
     history = list(train(cfg, run))
     # B = 16 samples, indices 0, 3, ..., 15 -> 6 NaN rewards a step
@@ -97,10 +99,10 @@ def test_bad_reward_policy_in_training_is_counted(small_cfg, policy):
 def test_every_reward_bad_skips_then_stops(small_cfg):
     def always_nan(prompts, completions, **kw):
         return [float("nan")] * len(completions)
-    cfg = small_cfg.replace(steps=5, reward_error_policy="skip", max_consecutive_skips=2)
+    cfg = small_cfg.replace(threads=1, steps=5, reward_error_policy="skip", max_consecutive_skips=2)
     run = setup(cfg, reward_funcs=[always_nan])
     before = _weights(run.policy)
-    with pytest.raises(TrainingError, match="fix the reward functions"):
+    with pytest.raises(TrainingError, match="check the reward functions"):
         list(train(cfg, run))
     assert run.step == 2 and _same(before, _weights(run.policy))
     assert [m["rewards/bad_samples"] for m in run.history] == [16.0, 16.0]
@@ -110,7 +112,8 @@ def test_every_reward_bad_skips_then_stops(small_cfg):
 
 @pytest.fixture(scope="module")
 def _trained_once(tmp_path_factory):
-    cfg = GRPOConfig(steps=2, num_prompts=4, num_generations=4, eval_every=1, eval_size=20, checkpoint_every=0)
+    cfg = GRPOConfig(steps=2, num_prompts=4, num_generations=4, eval_every=1, eval_size=20, checkpoint_every=0,
+                     threads=1)
     run = setup(cfg)
     out = tmp_path_factory.mktemp("two_steps")
     list(train(cfg, run, out_dir=out))
