@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="copy a run's latest model to a folder any HF/vLLM loader reads")
     x.add_argument("--run", required=True)
     x.add_argument("--to", required=True)
+    g = sub.add_parser("pregen", help="sample K responses per prompt, judge every pair, write preference groups")
+    g.add_argument("--model", default="tiny")
+    g.add_argument("--task", default="add2")
+    g.add_argument("--prompts", type=_positive_int, default=256, help="prompts from the task's train split")
+    g.add_argument("--k", type=_positive_int, default=8, help="responses per prompt")
+    g.add_argument("--seed", type=_positive_int, default=0)
+    g.add_argument("--out", required=True, help="jsonl file to write")
     m = sub.add_parser("make-base", help="rebuild the tiny base model by supervised training from its seed")
     m.add_argument("--task", default="add2")
     m.add_argument("--seed", type=_positive_int, default=0)
@@ -189,16 +196,37 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_make_base(args) -> int:
-    from .tiny import SHIPPED, train_base
+def cmd_pregen(args) -> int:
+    import random
 
-    out = Path(args.out) if args.out else SHIPPED
+    from .offline import pregenerate
+    from .preferences import write_preference_groups
+    from .tasks import get_task
+    from .tiny import load_model
+
+    if args.k < 2:
+        raise UsageError(f"--k {args.k}: a preference group needs at least 2 responses")
+    model, tok = load_model(args.model)
+    train = get_task(args.task).splits()["train"]
+    items = random.Random(args.seed).sample(train, min(args.prompts, len(train)))
+    records = pregenerate(model, tok, items, k=args.k, seed=args.seed)
+    write_preference_groups(records, args.out)
+    clear = sum(1 for r in records for row in r["preference_matrix"] for v in row if v == 1.0)
+    print(f"wrote {len(records)} groups of {args.k} responses to {args.out} ({clear} clear right-over-wrong pairs)")
+    return 0
+
+
+def cmd_make_base(args) -> int:
+    from .tiny import shipped_path, train_base
+
+    out = Path(args.out) if args.out else shipped_path("tiny" if args.task == "add2" else f"tiny-{args.task}")
     _, _, report = train_base(task=args.task, seed=args.seed, out_dir=out)
     print(json.dumps(report))
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "make-base": cmd_make_base}
+COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "pregen": cmd_pregen,
+            "make-base": cmd_make_base}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("no command given: use one of demo, train, eval, export, make-base (see grpo-kit --help)")
+            raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base "
+                             "(see grpo-kit --help)")
         return COMMANDS[args.command](args)
     except GRPOKitError as e:
         if debug:

@@ -65,6 +65,11 @@ class GRPOConfig:
     # --- the objective
     scale_rewards: str = "none"
     """Advantage normalisation (TRL's name): 'group' z-score (DeepSeekMath), 'batch', or 'none' (Dr. GRPO)."""
+    advantage_estimator: str = "grpo"
+    """Advantage estimator by name (see ``advantages.ESTIMATORS``): 'grpo' uses ``scale_rewards`` (the
+    default); 'rloo', 'rank', 'kmeans', 'topk', 'topk_minus_own_BROKEN_SIGN' (wrong sign, for study),
+    'normalize_then_sum' / 'sum_then_normalize' (one objective per reward function, ``reward_weights``).
+    'pairwise', 'process', 'hybrid_gae' need inputs the loop does not make and raise there."""
     loss_type: str = "dapo"
     """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers)."""
     beta: float = 0.0
@@ -79,6 +84,10 @@ class GRPOConfig:
     """'token' ratios (GRPO) or one 'sequence' ratio per completion (GSPO)."""
     num_iterations: int = 1
     """Updates per sampled batch (mu in DeepSeekMath); >1 makes the ratio and clipping matter."""
+    kl_estimator: str = "k3"
+    """KL estimator for ``beta`` and the logged KL: 'k1' (logp - ref), 'k2' (0.5 (logp - ref)^2) or 'k3' (TRL's)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus (TRL's ``entropy_coef``): loss - entropy_coef * mean token entropy, whatever the loss_type; 0 = off."""
     mask_truncated_completions: bool = False
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
     log_kl: bool = True
@@ -183,6 +192,11 @@ class GRPOConfig:
              "must be a finite number > 0 (or a non-empty list of them)")
         # the objective
         choice("scale_rewards", ("group", "batch", "none"))
+        from .advantages import ESTIMATORS
+
+        choice("advantage_estimator", tuple(ESTIMATORS))
+        choice("kl_estimator", ("k1", "k2", "k3"))
+        number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
         choice("loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
         number("beta", ">= 0 (it weighs a KL penalty)", lambda v: v >= 0)
         number("epsilon", "in (0, 1)", lambda v: 0 < v < 1)
@@ -217,6 +231,9 @@ class GRPOConfig:
         choice("reward_error_policy", ("raise", "skip", "zero"))
         number("reward_timeout_s", "> 0", lambda v: v > 0, optional=True)
         integer("max_consecutive_skips", 0)
+        need(self.reward_error_policy != "skip" or self.advantage_estimator == "grpo", "reward_error_policy",
+             f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
+             f"samples out); use 'zero' or 'raise'")
         return self
 
     # --- serialisation
@@ -272,7 +289,15 @@ class GRPOConfig:
 
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` that give the same objective."""
+        if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
+            raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
+                              f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
+        if self.kl_estimator != "k3":
+            raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
+                              f"set kl_estimator='k3' to export to TRL")
         return {
+            "multi_objective_aggregation": "normalize_then_sum" if self.advantage_estimator == "normalize_then_sum"
+            else "sum_then_normalize",
             "num_generations": self.num_generations,
             "max_completion_length": self.max_completion_length,
             "temperature": self.temperature if not isinstance(self.temperature, list) else self.temperature[0],
@@ -280,7 +305,7 @@ class GRPOConfig:
             "epsilon": self.epsilon, "epsilon_high": self.epsilon_high, "delta": self.delta,
             "importance_sampling_level": self.importance_sampling_level,
             "num_iterations": self.num_iterations,
-            "mask_truncated_completions": self.mask_truncated_completions,
+            "mask_truncated_completions": self.mask_truncated_completions, "entropy_coef": self.entropy_coef,
             "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
             "lr_scheduler_type": "constant" if self.lr_schedule == "constant" else "cosine",
             "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,

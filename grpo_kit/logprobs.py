@@ -45,9 +45,11 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
 
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        temperature: float = 1.0, with_entropy: bool = False):
-    """(B, Tc) log-probs of the completion tokens, and (B, Tc) entropies if asked (else None)."""
+                        temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False):
+    """(B, Tc) log-probs of the completion tokens, and (B, Tc) entropies if asked (else None).
+
+    ``entropy_grad=True`` keeps the entropies in the graph (for an entropy bonus in the loss)."""
     logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)
     logp = token_logprobs(logits, completion_ids)  # (B, Tc)
-    ent = entropy_from_logits(logits.detach()) if with_entropy else None  # (B, Tc)
+    ent = entropy_from_logits(logits if entropy_grad else logits.detach()) if with_entropy else None  # (B, Tc)
     return logp, ent

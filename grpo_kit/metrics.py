@@ -31,15 +31,24 @@ def reward_metrics(rewards: torch.Tensor, per_func: torch.Tensor | None = None,
     return out
 
 
-def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor) -> dict:
-    """lengths (B,) completion tokens incl. EOS; is_truncated (B,) bool."""
+def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch.Tensor | None = None) -> dict:
+    """lengths (B,) completion tokens incl. EOS; is_truncated (B,) bool; adv (B,) optional.
+
+    With ``adv``, also the mean length of completions pushed up (A > 0) and pushed down (A < 0):
+    the two quantities Dr. GRPO's length bias is about (keys absent when no such completion).
+    """
     l = lengths.float()
-    return {
+    out = {
         "completions/mean_length": l.mean().item(),
         "completions/min_length": l.min().item(),
         "completions/max_length": l.max().item(),
         "completions/clipped_ratio": is_truncated.float().mean().item(),
     }
+    if adv is not None:
+        for name, sel in (("pos_adv", adv > 0), ("neg_adv", adv < 0)):
+            if bool(sel.any()):
+                out[f"completions/mean_length_{name}"] = l[sel].mean().item()
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -66,3 +66,67 @@ def plotly_history(history: list[dict], evals=None, title: str = "GRPO run", pat
     if path is not None:
         fig.write_html(str(path), include_plotlyjs=True)
     return fig
+
+
+# ----------------------------------------------------------------------------- notebook 01
+def plot_advantage_bars(rewards, table: dict, title: str = "advantages of one group", ax=None):
+    """Grouped bars: one cluster per estimator, one bar per answer coloured by its reward.
+
+    ``rewards`` (G,) and ``table`` {name: (G,) advantages} (see ``advantages.advantage_table``).
+    """
+    import matplotlib.pyplot as plt
+
+    rewards = [float(x) for x in rewards]
+    G, names = len(rewards), list(table)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(8, 1.3 * len(names)), 4))
+    lo, hi = min(rewards), max(rewards)
+    cmap = plt.get_cmap("viridis")
+    width = 0.8 / G
+    for i, r in enumerate(rewards):
+        colour = cmap(0.5 if hi == lo else (r - lo) / (hi - lo))
+        xs = [j + (i - (G - 1) / 2) * width for j in range(len(names))]
+        ax.bar(xs, [float(table[n].reshape(-1)[i]) for n in names], width, color=colour,
+               label=f"answer {i}: r={r:g}")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, ha="right")
+    ax.set_ylabel("advantage")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    return ax.figure
+
+
+def plot_vs_theory(x, measured, theory, xlabel: str, ylabel: str, title: str = "", ax=None, logx: bool = True):
+    """Measured points with the theory line drawn over them."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(x, theory, "-", color="C1", label="theory")
+    ax.plot(x, measured, "o", color="C0", label="simulated")
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    return ax.figure
+
+
+def plot_buckets_vs_groups(group_adv, bucket_adv, prompt_of, title: str = "k-means buckets vs prompt groups",
+                           ax=None):
+    """Scatter of each answer's per-prompt advantage (x) against its k-means-bucket advantage (y)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 4))
+    sc = ax.scatter([float(v) for v in group_adv], [float(v) for v in bucket_adv], c=list(prompt_of),
+                    cmap="tab10", s=25)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.axvline(0, color="k", lw=0.6)
+    ax.set_xlabel("advantage within its prompt's group (z-score)")
+    ax.set_ylabel("advantage within its k-means bucket")
+    ax.set_title(title)
+    ax.figure.colorbar(sc, ax=ax, label="prompt")
+    return ax.figure

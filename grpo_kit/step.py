@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from .logprobs import completion_logprobs
-from .losses import aggregate, grpo_per_token_loss
+from .losses import aggregate, entropy_bonus, grpo_per_token_loss
 from .sampling import Rollouts, row_temperatures
 
 
@@ -96,20 +96,23 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             with ctx:
                 logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
-                                                temps[s], with_entropy=(it == 0))
+                                                temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
+                                                entropy_grad=cfg.entropy_coef != 0)
             logp = logp.float()  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             per_token, info = grpo_per_token_loss(
                 logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
                 beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, delta=cfg.delta,
-                level=cfg.importance_sampling_level)
+                level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator)
             loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
                              num_micro_batches=len(slices), batch_tokens=batch_tokens)
+            if cfg.entropy_coef != 0:
+                loss = loss - entropy_bonus(ent.float(), m, cfg.entropy_coef, len(slices))
             loss.backward()
             step_loss += loss.item()
             if it == 0:  # metrics describe the batch as sampled, before any update
                 mf = m.float()
-                sums["entropy"] += (ent * mf).sum().item()
+                sums["entropy"] += (ent.detach() * mf).sum().item()
                 if info["kl"] is not None:
                     sums["kl"] += (info["kl"].detach() * mf).sum().item()
                 sums["low"] += (info["clip_low"].expand_as(mf) * mf).sum().item()

@@ -32,6 +32,30 @@ def write_number(value: int, reverse_digits: bool) -> str:
     return ("-" if value < 0 else "") + (digits[::-1] if reverse_digits else digits)
 
 
+def column_sums(a: int, b: int) -> str:
+    """The scratchpad of ``a+b``: each column's digit sum with the carry in, right to left.
+
+    ``47+85`` -> ``"12 13"`` (7+5 = 12; 4+8+1 = 13): each sum's last digit is an answer digit
+    and its first digit (if two) the carry into the next column.
+    """
+    da, db = str(a)[::-1], str(b)[::-1]
+    sums, carry = [], 0
+    for i in range(max(len(da), len(db))):
+        s = int(da[i] if i < len(da) else 0) + int(db[i] if i < len(db) else 0) + carry
+        sums.append(str(s))
+        carry = s // 10
+    return " ".join(sums)
+
+
+def read_completion(text: str, reverse_digits: bool, scratchpad: bool = False) -> int | None:
+    """The number an arithmetic completion states; with a scratchpad, the part after the last ``|``."""
+    if scratchpad:
+        if "|" not in text:
+            return None
+        text = text.rsplit("|", 1)[1]
+    return read_number(text, reverse_digits)
+
+
 def read_number(text: str, reverse_digits: bool) -> int | None:
     """Inverse of :func:`write_number`; ``None`` when the text is not a well-formed number."""
     m = re.fullmatch(r"(-?)(\d+)", text.strip())
@@ -48,6 +72,8 @@ class ArithmeticTask:
     digits: int = 2
     operators: str = "+"
     reverse_digits: bool = True
+    scratchpad: bool = False
+    """Write the column sums before the answer (``47+85=`` -> ``12 13|231``): lengths then vary."""
 
     def __post_init__(self):
         if not 1 <= self.digits <= 6:
@@ -55,20 +81,23 @@ class ArithmeticTask:
         bad = [op for op in self.operators if op not in OPERATORS]
         if bad or not self.operators:
             raise DataError(f"ArithmeticTask.operators={self.operators!r}: use a subset of '+-*'")
+        if self.scratchpad and (self.operators != "+" or not self.reverse_digits):
+            raise DataError("ArithmeticTask.scratchpad: column sums are defined for '+' with reversed digits only")
 
     @property
     def name(self) -> str:
         ops = {"+": "add", "-": "sub", "*": "mul"}
-        return "".join(ops[o] for o in self.operators) + str(self.digits)
+        return "".join(ops[o] for o in self.operators) + str(self.digits) + ("s" if self.scratchpad else "")
 
     def item(self, a: int, op: str, b: int) -> dict:
         value = OPERATORS[op](a, b)
-        return {
-            "prompt": f"{a}{op}{b}=",
-            "answer": str(value),
-            "reverse_digits": self.reverse_digits,
-            "completion": write_number(value, self.reverse_digits),  # the supervised target
-        }
+        completion = write_number(value, self.reverse_digits)  # the supervised target
+        item = {"prompt": f"{a}{op}{b}=", "answer": str(value), "reverse_digits": self.reverse_digits}
+        if self.scratchpad:
+            completion = column_sums(a, b) + "|" + completion
+            item["scratchpad"] = True
+        item["completion"] = completion
+        return item
 
     def all_problems(self) -> list[tuple[int, str, int]]:
         """Every problem of this difficulty, in a fixed order (small enough for <=3 digits)."""
@@ -85,7 +114,8 @@ class ArithmeticTask:
         return {"test": items[:n_test], "val": items[n_test:n_test + n_val], "train": items[n_test + n_val:]}
 
 
-TASKS = {"add2": ArithmeticTask(2, "+"), "add3": ArithmeticTask(3, "+"), "add1": ArithmeticTask(1, "+")}
+TASKS = {"add2": ArithmeticTask(2, "+"), "add3": ArithmeticTask(3, "+"), "add1": ArithmeticTask(1, "+"),
+         "add2s": ArithmeticTask(2, "+", scratchpad=True)}
 
 
 def get_task(name: str) -> ArithmeticTask:

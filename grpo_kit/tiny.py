@@ -142,15 +142,21 @@ def train_base(task: str = "add2", target_accuracy: float = 0.40, max_steps: int
     return model, tokenizer, report
 
 
+def shipped_path(name: str = "tiny") -> Path:
+    """``"tiny"`` -> the add2 base; ``"tiny-<task>"`` -> the base trained on that task."""
+    return SHIPPED if name == "tiny" else SHIPPED.parent / name
+
+
 def load_model(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu", dtype=None):
-    """Load a causal LM and its tokenizer with ``from_pretrained``; ``"tiny"`` is the shipped base.
+    """Load a causal LM and its tokenizer with ``from_pretrained``; ``"tiny"`` (``"tiny-add2s"``) is
+    a shipped base.
 
     The same call loads a Hugging Face hub name on a machine that can download it. Left padding
     is set because generation appends to the right.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = SHIPPED if str(name_or_path) == "tiny" else name_or_path
+    path = shipped_path(str(name_or_path)) if str(name_or_path).startswith("tiny") else name_or_path
     local = Path(path)
     if not local.exists() and str(path).startswith(("/", "./", "../", "~")):
         raise CheckpointError(f"{local}: no such model folder; pass a folder written by save_pretrained, "

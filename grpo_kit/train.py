@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .advantages import compute_advantages, masked_advantages
+from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, TrainingError
 from .inference import columns_of, greedy_accuracy
@@ -119,11 +119,13 @@ def grpo_step(run: Run) -> dict:
         run.reward_funcs, rollouts.prompts, rollouts.completions, columns_of(items, repeat=G), cfg.reward_weights,
         cfg.reward_error_policy, cfg.reward_timeout_s)  # (B,), (B, K), (B,) bool
     rewards, bad = rewards.view(cfg.num_prompts, G), bad.view(cfg.num_prompts, G)  # (P, G)
-    if cfg.reward_error_policy == "skip" and bool(bad.any()):
+    if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
         metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler, sample_mask=~bad)
     else:
-        adv = compute_advantages(rewards, cfg.scale_rewards)  # (P, G)
+        adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
+                                  objectives=per_func.view(cfg.num_prompts, G, -1),
+                                  weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
         metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler)
     if reasons:
         log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
@@ -132,7 +134,7 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated))
+    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics

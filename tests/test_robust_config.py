@@ -41,6 +41,9 @@ def test_every_field_rejects_a_wrong_type_by_name(name):
     ({"reward_timeout_s": 0}, "reward_timeout_s", "> 0 \\(or None\\)"),
     ({"max_consecutive_skips": -1}, "max_consecutive_skips", ">= 0"),
     ({"on_bad_row": "drop"}, "on_bad_row", "'raise', 'skip'"),
+    ({"reward_error_policy": "skip", "advantage_estimator": "rloo"}, "reward_error_policy",
+     "needs advantage_estimator='grpo'"),
+    ({"entropy_coef": "0.1"}, "entropy_coef", ">= 0"),
 ])
 def test_bad_values_name_field_value_and_rule(changes, field, rule):
     with pytest.raises(ConfigError, match=rf"GRPOConfig\.{field}=.*: .*{rule}"):

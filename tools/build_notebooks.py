@@ -176,9 +176,24 @@ else:
 NOTEBOOKS = {"00_quickstart.ipynb": QUICKSTART}
 
 
+def sibling_notebooks() -> dict:
+    """Notebooks defined in tools/nb_*.py files (each sets NAME and CELLS, using md() and code() from here)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    out = {}
+    for f in sorted(Path(__file__).resolve().parent.glob("nb_*.py")):
+        spec = importlib.util.spec_from_file_location(f.stem, f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out[mod.NAME] = mod.CELLS
+    return out
+
+
 def build():
     HERE.mkdir(exist_ok=True)
-    for name, cells in NOTEBOOKS.items():
+    for name, cells in {**NOTEBOOKS, **sibling_notebooks()}.items():
         nb = nbf.v4.new_notebook()
         nb.cells = cells
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

@@ -1,0 +1,48 @@
+"""A tiny learned critic for the hybrid GRPO + GAE estimator (``advantages.hybrid_gae``).
+
+The value head is one linear layer on the policy's last hidden states: V_t estimates the
+return from the state in which completion token t is generated (the same position whose
+logits predict token t). It is trained by regression on the GAE returns:
+
+    value_loss = sum_t m_t (V_t - R_t)^2 / sum_t m_t        (masked mean squared error)
+
+| piece | source |
+|---|---|
+| value head on the LM's hidden states, MSE to returns | PPO for LMs (Ziegler et al. 2019; Ouyang et al. 2022) |
+| returns R = A_GAE + V | GAE, Schulman et al. 2016 |
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .sampling import position_ids_from_mask
+
+
+def value_head(hidden_size: int) -> nn.Linear:
+    """A linear map hidden state (H,) -> value (1,), initialised at zero so V starts at 0."""
+    head = nn.Linear(hidden_size, 1)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head
+
+
+def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """Last hidden states at the positions that generate each completion token: (B, Tc, H)."""
+    Tp = prompt_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
+    attn = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (B, Tp+Tc)
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                use_cache=False, output_hidden_states=True)
+    return out.hidden_states[-1][:, Tp - 1:-1, :]  # (B, Tc, H)
+
+
+def values(head: nn.Linear, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """V_t per completion token: hidden (B, T, H), mask (B, T) -> (B, T), 0 on padding."""
+    return head(hidden.float()).squeeze(-1) * mask.to(torch.float32)  # (B, T)
+
+
+def value_loss(v: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean squared error between values and (detached) returns, all (B, T) -> (). 0 if no tokens."""
+    m = mask.to(v.dtype)  # (B, T)
+    return (((v - returns.detach()) ** 2) * m).sum() / m.sum().clamp(min=1)

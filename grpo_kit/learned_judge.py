@@ -1,0 +1,194 @@
+"""A learned judge: the kit's tiny model with a scalar head, trained on preference pairs.
+
+The model is ``LlamaForSequenceClassification`` with ``num_labels=1`` initialised from a causal
+LM checkpoint (the shipped tiny base by default): the score of a completion is the head's
+output at the last token of ``<bos> prompt completion <eos>``. This is the reward-model shape
+of InstructGPT (Ouyang et al. 2022) and of TRL's ``RewardTrainer``; the folder it saves loads
+with ``AutoModelForSequenceClassification``.
+
+Training (Bradley-Terry, with soft labels): for a pair (i, j) with preference ``M[i, j]`` the
+target is ``q = (M[i, j] + 1) / 2`` and the loss ``BCE(sigmoid(r_i - r_j), q)``; with hard labels
+this is ``-log sigmoid(r_winner - r_loser)``. Ties (``M[i, j] = 0``) are left out by default.
+
+The held-out figure is *pairwise agreement*: over the non-tied pairs of groups the judge never
+saw, the fraction where ``sign(r_i - r_j) == sign(M[i, j])`` (0.5 is chance).
+
+:func:`as_reward` makes it a reward function, so it goes wherever a judge goes (``score``,
+``ensemble_reward``, ``preferences_from_judge``, TRL). It reads text; it never executes it.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .errors import DataError
+
+
+def preference_pairs(records: Sequence[dict], include_ties: bool = False) -> list[tuple[str, str, str, float]]:
+    """Offline groups -> pairs ``(prompt, a, b, q)`` with q = P(a preferred) = (M[a, b] + 1) / 2,
+    one per i < j (ties only with ``include_ties``)."""
+    pairs = []
+    for r in records:
+        m = torch.as_tensor(r["preference_matrix"], dtype=torch.float32)  # (K, K)
+        K = m.shape[0]
+        for i in range(K):
+            for j in range(i + 1, K):
+                v = float(m[i, j])
+                if v != 0 or include_ties:
+                    pairs.append((r["prompt"], r["responses"][i], r["responses"][j], (v + 1) / 2))
+    return pairs
+
+
+def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
+    """A scalar-head model on the backbone of ``base`` (``"tiny"``: the shipped base) and its
+    tokenizer. A folder saved from a trained judge (``model.save_pretrained``,
+    ``tokenizer.save_pretrained``) reloads the same way, head included."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from .tiny import SHIPPED
+
+    path = SHIPPED if str(base) == "tiny" else base
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    torch.manual_seed(seed)
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # "score.weight newly initialised" is the point here
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def _batch(tokenizer, prompts: Sequence[str], completions: Sequence[str]):
+    """``<bos> prompt completion <eos>``, right-padded: input_ids (B, T), attention_mask (B, T)."""
+    seqs = [tokenizer(p)["input_ids"] + tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            for p, c in zip(prompts, completions)]
+    T = max(map(len, seqs))
+    ids = torch.tensor([s + [tokenizer.pad_token_id] * (T - len(s)) for s in seqs])  # (B, T)
+    mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs])  # (B, T)
+    return ids, mask
+
+
+def judge_scores(model, tokenizer, prompts: Sequence[str], completions: Sequence[str],
+                 batch_size: int = 256) -> torch.Tensor:
+    """Scores (B,) of completions, no gradient."""
+    out = []
+    with torch.no_grad():
+        for k in range(0, len(completions), batch_size):
+            ids, mask = _batch(tokenizer, prompts[k:k + batch_size], completions[k:k + batch_size])
+            dev = next(model.parameters()).device
+            out.append(model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, 0].float().cpu())  # (b,)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def bradley_terry_loss(r_a: torch.Tensor, r_b: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Mean BCE(sigmoid(r_a - r_b), q) over pairs (N,); q = 1 gives -log sigmoid(r_a - r_b)."""
+    return torch.nn.functional.binary_cross_entropy_with_logits(r_a - r_b, q)  # ()
+
+
+def train_learned_judge(records: Sequence[dict], steps: int = 200, batch_size: int = 64, lr: float = 1e-3,
+                        seed: int = 0, base: str | Path = "tiny", include_ties: bool = False,
+                        threads: int | None = None, log=None):
+    """Train a learned judge on offline preference groups; returns ``(model, tokenizer, report)``."""
+    pairs = preference_pairs(records, include_ties)
+    if not pairs:
+        raise DataError("no preference pairs to learn from: every pair is a tie; pass include_ties=True or "
+                        "give groups with a preferred response")
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _train(pairs, steps, batch_size, lr, seed, base, log)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(pairs, steps, batch_size, lr, seed, base, log):
+    model, tokenizer = new_learned_judge(base, seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = random.Random(seed)
+    t0, losses = time.time(), []
+    for step in range(1, steps + 1):
+        batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
+        prompts = [p for p, _, _, _ in batch]
+        ids, mask = _batch(tokenizer, prompts * 2, [a for _, a, _, _ in batch] + [b for _, _, b, _ in batch])
+        dev = next(model.parameters()).device
+        r = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, 0].float()  # (2N,)
+        q = torch.tensor([t for _, _, _, t in batch], device=dev)  # (N,)
+        loss = bradley_terry_loss(r[:batch_size], r[batch_size:], q)  # ()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if log and step % 50 == 0:
+            log(f"step {step:4d}  loss {sum(losses[-50:]) / len(losses[-50:]):.3f}")
+    model.eval()
+    report = {"pairs": len(pairs), "steps": steps, "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+              "wall_seconds": round(time.time() - t0, 1)}
+    return model, tokenizer, report
+
+
+def pairwise_agreement(model, tokenizer, records: Sequence[dict]) -> float:
+    """Fraction of non-tied pairs where the judge orders the two responses as the matrix does."""
+    prompts = [r["prompt"] for r in records for _ in r["responses"]]
+    scores = judge_scores(model, tokenizer, prompts, [c for r in records for c in r["responses"]])  # (sum K,)
+    right = total = start = 0
+    for r in records:
+        K = len(r["responses"])
+        s = scores[start:start + K]  # (K,)
+        start += K
+        m = torch.as_tensor(r["preference_matrix"], dtype=torch.float32)  # (K, K)
+        iu = torch.triu_indices(K, K, 1)  # (2, K(K-1)/2)
+        want = torch.sign(m[iu[0], iu[1]])  # (n,)
+        got = torch.sign(s[iu[0]] - s[iu[1]])  # (n,)
+        keep = want != 0
+        right += int((got[keep] == want[keep]).sum())
+        total += int(keep.sum())
+    if total == 0:
+        raise DataError("no non-tied pairs to measure agreement on")
+    return right / total
+
+
+def as_reward(model, tokenizer, name: str = "learned_judge"):
+    """The learned judge as a reward function ``f(prompts, completions, **_) -> list[float]``."""
+    def learned(prompts, completions, **_):
+        return judge_scores(model, tokenizer, list(prompts), list(completions)).tolist()
+
+    learned.__name__ = name
+    return learned
+
+
+def perturbed_groups(items: Sequence[dict], K: int = 4, seed: int = 0) -> list[dict]:
+    """Offline groups without a model, for tests and demos: per arithmetic item the reference
+    completion and K - 1 copies with one digit of the final answer changed (the task's digit
+    order kept; a scratchpad before ``|`` is left as it is), judged by
+    :func:`grpo_kit.judges.math_answer` into a preference matrix (right beats wrong, wrongs tie)."""
+    from .judges import math_answer
+    from .preferences import preferences_from_scores
+
+    rng = random.Random(seed)
+    out = []
+    for it in items:
+        ref = it["completion"]
+        resp = [ref]
+        for _ in range(K - 1):
+            digits = [k for k, ch in enumerate(ref) if ch.isdigit() and k > ref.rfind("|")]
+            k = rng.choice(digits)
+            resp.append(ref[:k] + rng.choice([d for d in "0123456789" if d != ref[k]]) + ref[k + 1:])
+        order = rng.sample(range(K), K)
+        resp = [resp[o] for o in order]
+        r = math_answer([it["prompt"]] * K, resp, answer=[it["answer"]] * K,
+                        reverse_digits=[it.get("reverse_digits")] * K, scratchpad=[it.get("scratchpad")] * K)
+        out.append({"prompt": it["prompt"], "responses": resp, "answer": it["answer"],
+                    "preference_matrix": preferences_from_scores(r)})
+    return out
