@@ -91,6 +91,34 @@ def compute_advantages(rewards: torch.Tensor, scale_rewards: str = "group") -> t
     return fn(rewards)
 
 
+def masked_advantages(rewards: torch.Tensor, valid: torch.Tensor, scale_rewards: str = "group",
+                      eps: float = EPS) -> torch.Tensor:
+    """Advantages (P, G) from the valid samples only; invalid ones get 0 (``reward_error_policy='skip'``).
+
+    Each group's mean (and its std for 'group') is taken over its valid samples and the 'batch'
+    std over all valid rewards: the numbers :func:`compute_advantages` gives on the valid
+    samples alone. A group with fewer than 2 valid samples has nothing to compare: all 0.
+    Invalid rewards may be NaN or inf; they never reach the arithmetic.
+    """
+    if scale_rewards not in ADVANTAGES:
+        raise ValueError(f"unknown scale_rewards {scale_rewards!r}: choose from {sorted(ADVANTAGES)}")
+    v = valid.to(rewards.dtype)  # (P, G)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))  # (P, G)
+    n = v.sum(1, keepdim=True)  # (P, 1) valid samples per group
+    mean = r.sum(1, keepdim=True) / n.clamp(min=1)  # (P, 1)
+    centred = (r - mean) * v  # (P, G)
+    if scale_rewards == "group":
+        std = (centred.pow(2).sum(1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()  # (P, 1) unbiased
+        adv = centred / (std + eps)  # (P, G)
+    elif scale_rewards == "batch":
+        kept = rewards[valid]  # (N,) every valid reward in the batch
+        std = kept.std() if kept.numel() > 1 else rewards.new_zeros(())  # () unbiased
+        adv = centred / (std + eps)  # (P, G)
+    else:
+        adv = centred  # (P, G)
+    return torch.where(valid & (n >= 2), adv, torch.zeros_like(adv))  # (P, G)
+
+
 def zero_std_groups(rewards: torch.Tensor) -> torch.Tensor:
     """(P,) bool: groups whose rewards are all equal (no learning signal)."""
     return torch.isclose(rewards.std(dim=1), rewards.new_zeros(()))  # (P,)

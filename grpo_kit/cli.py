@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 import time
@@ -13,6 +14,19 @@ from .errors import GRPOKitError
 
 class UsageError(GRPOKitError):
     pass
+
+
+class _WarningLine(logging.Handler):
+    """The kit's warnings (skipped rows, bad rewards) as one line each on the current stderr."""
+
+    def emit(self, record):
+        print(f"grpo-kit: warning: {record.getMessage()}", file=sys.stderr)
+
+
+def _show_warnings() -> None:
+    kit = logging.getLogger("grpo_kit")
+    if not any(isinstance(h, _WarningLine) for h in kit.handlers):
+        kit.addHandler(_WarningLine(logging.WARNING))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,6 +127,8 @@ def cmd_demo(args) -> int:
     print(f"grpo-kit demo: GRPO on the shipped tiny model, task {cfg.task}, seed {cfg.seed}, {cfg.steps} steps "
           f"of {cfg.num_prompts} prompts x {cfg.num_generations} completions")
     run, summary = run_training(cfg, out)
+    if summary["steps"] < cfg.steps:
+        return _stopped_early(summary, cfg, out)
     _, after, _ = greedy_accuracy(run.policy, run.tokenizer, examples, return_completions=True)
     print("\nsample completions (the model writes the sum least-significant digit first):")
     print(f"  {'prompt':<10}{'correct':<10}{'before':<10}{'after':<10}")
@@ -134,9 +150,18 @@ def cmd_train(args) -> int:
                if v is not None}
     cfg = cfg.replace(**changes)
     _, summary = run_training(cfg, Path(args.out), resume=args.resume)
+    if summary["steps"] < cfg.steps:
+        return _stopped_early(summary, cfg, args.out)
     print(f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%} "
           f"after {summary['steps']} steps; wrote {args.out}")
     return 0
+
+
+def _stopped_early(summary: dict, cfg, out) -> int:
+    """A run that Ctrl-C ended after a step: say where it stopped and how to continue; exit 130."""
+    print(f"grpo-kit: stopped by Ctrl-C after step {summary['steps']} of {cfg.steps}; the checkpoint, "
+          f"history and plots are in {out}; continue with --resume --out {out}", file=sys.stderr)
+    return 130
 
 
 def cmd_eval(args) -> int:
@@ -211,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # "Loading weights" bars: noise for a one-file tiny model
     hf_logging.set_verbosity_error()
     debug = "--debug" in argv
+    _show_warnings()
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
@@ -221,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(f"grpo-kit: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the user gave cannot be read or written
+        if debug:
+            raise
+        print(f"grpo-kit: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("grpo-kit: interrupted", file=sys.stderr)

@@ -9,10 +9,29 @@ that ``to_trl()`` is a plain copy. Defaults are tuned for the tiny model on a 2-
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+
+
+def _is_int(v) -> bool:
+    """A whole number, and not a bool (``True`` is an int in Python but never a count)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    """A finite int or float, not a bool."""
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _task_names() -> list[str]:
+    """Built-in generators and tasks that ship a held-out ``datasets/<task>_test.jsonl``."""
+    from .tasks import DATASETS_DIR, TASKS
+
+    shipped = {p.name[:-len("_test.jsonl")] for p in DATASETS_DIR.glob("*_test.jsonl")}
+    return sorted(set(TASKS) | shipped)
 
 
 @dataclass
@@ -112,6 +131,17 @@ class GRPOConfig:
     keep_checkpoints: int = 2
     """How many recent checkpoints to keep."""
 
+    # --- reliability (what happens when input or numbers go bad)
+    on_bad_row: str = "raise"
+    """Malformed rows in ``dataset``: 'raise' a DataError naming file, line and reason, or 'skip' and count them."""
+    reward_error_policy: str = "raise"
+    """A reward that raises or is NaN/inf: 'raise' a RewardError, 'skip' the sample (advantage 0, masked
+    from the loss) or 'zero' it (that function's reward becomes 0); counted in ``rewards/bad_samples``."""
+    reward_timeout_s: float | None = None
+    """Seconds a reward function may take per batch; None runs it inline without a limit (see judges.py)."""
+    max_consecutive_skips: int = 5
+    """Stop with a TrainingError after this many steps in a row whose update was skipped (0 = never stop)."""
+
     # ------------------------------------------------------------------ methods
     @property
     def batch_size(self) -> int:
@@ -119,52 +149,95 @@ class GRPOConfig:
         return self.num_prompts * self.num_generations
 
     def validate(self) -> "GRPOConfig":
-        """Check every field; raise :class:`ConfigError` naming the field, value and allowed range."""
+        """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range."""
         def need(ok, name, rule):
             if not ok:
                 raise ConfigError(f"GRPOConfig.{name}={getattr(self, name)!r}: {rule}")
 
-        need(isinstance(self.num_generations, int) and self.num_generations >= 2, "num_generations",
-             "must be an integer >= 2 (a group of one completion has nothing to be compared with)")
-        need(isinstance(self.num_prompts, int) and self.num_prompts >= 1, "num_prompts", "must be an integer >= 1")
-        need(isinstance(self.steps, int) and self.steps >= 0, "steps", "must be an integer >= 0")
-        need(isinstance(self.max_completion_length, int) and self.max_completion_length >= 1,
-             "max_completion_length", "must be an integer >= 1")
+        def choice(name, options):
+            need(isinstance(getattr(self, name), str) and getattr(self, name) in options, name,
+                 "choose " + ", ".join(repr(o) for o in options))
+
+        def integer(name, low, optional=False, extra=""):
+            v = getattr(self, name)
+            need((optional and v is None) or (_is_int(v) and v >= low), name,
+                 f"must be a whole number >= {low}{' (or None)' if optional else ''}{extra}")
+
+        def number(name, rule, ok, optional=False):
+            v = getattr(self, name)
+            need((optional and v is None) or (_is_num(v) and ok(v)), name,
+                 f"must be a finite number {rule}{' (or None)' if optional else ''}")
+
+        def boolean(name):
+            need(isinstance(getattr(self, name), bool), name, "must be true or false")
+
+        # what to train
+        need(isinstance(self.model, str) and self.model.strip() != "", "model",
+             "must be a model folder, a Hugging Face hub name or 'tiny'")
+        need(isinstance(self.task, str) and self.task in _task_names(), "task", f"choose one of {_task_names()}")
+        need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
+             "must be the path of a jsonl file (or None)")
+        need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
+             and all((isinstance(f, str) and f != "") or callable(f) for f in self.reward_funcs), "reward_funcs",
+             "must be a non-empty list of reward function names (see judges.REWARD_FUNCS)")
+        need(self.reward_weights is None or (isinstance(self.reward_weights, list)
+                                             and all(_is_num(w) for w in self.reward_weights)
+                                             and len(self.reward_weights) == len(self.reward_funcs)),
+             "reward_weights", f"needs one finite weight per reward function ({len(self.reward_funcs)}) (or None)")
+        integer("seed", 0)
+        need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
+        # sampling
+        integer("steps", 0)
+        integer("num_prompts", 1)
+        integer("num_generations", 2, extra=" (a group of one completion has nothing to be compared with)")
+        integer("max_completion_length", 1)
         temps = self.temperature if isinstance(self.temperature, list) else [self.temperature]
-        need(len(temps) > 0 and all(isinstance(t, (int, float)) and t > 0 for t in temps), "temperature",
-             "must be > 0 (or a non-empty list of values > 0)")
-        need(self.scale_rewards in ("group", "batch", "none"), "scale_rewards", "choose 'group', 'batch' or 'none'")
+        need(len(temps) > 0 and all(_is_num(t) and t > 0 for t in temps), "temperature",
+             "must be a finite number > 0 (or a non-empty list of them)")
+        # the objective
+        choice("scale_rewards", ("group", "batch", "none"))
         from .advantages import ESTIMATORS
 
-        need(self.advantage_estimator in ESTIMATORS, "advantage_estimator", f"choose one of {list(ESTIMATORS)}")
-        need(self.kl_estimator in ("k1", "k2", "k3"), "kl_estimator", "choose 'k1', 'k2' or 'k3'")
-        need(self.entropy_coef >= 0, "entropy_coef", "must be >= 0 (a negative bonus would punish exploration)")
-        need(self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), "loss_type",
-             "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo'")
-        need(self.beta >= 0, "beta", "must be >= 0 (it weighs a KL penalty)")
-        need(0 < self.epsilon < 1, "epsilon", "must be in (0, 1)")
-        need(self.epsilon_high is None or self.epsilon_high >= self.epsilon, "epsilon_high",
-             f"must be >= epsilon={self.epsilon} (or None)")
+        choice("advantage_estimator", tuple(ESTIMATORS))
+        choice("kl_estimator", ("k1", "k2", "k3"))
+        number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
+        choice("loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
+        number("beta", ">= 0 (it weighs a KL penalty)", lambda v: v >= 0)
+        number("epsilon", "in (0, 1)", lambda v: 0 < v < 1)
+        number("epsilon_high", f">= epsilon={self.epsilon}", lambda v: v >= self.epsilon, optional=True)
         hi = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        need(self.delta is None or self.delta > 1 + hi, "delta", f"must be > 1 + epsilon_high = {1 + hi} (or None)")
-        need(self.importance_sampling_level in ("token", "sequence"), "importance_sampling_level",
-             "choose 'token' or 'sequence'")
-        need(isinstance(self.num_iterations, int) and self.num_iterations >= 1, "num_iterations", "must be >= 1")
-        need(self.learning_rate > 0, "learning_rate", "must be > 0")
-        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
-        need(self.lr_schedule in ("constant", "cosine"), "lr_schedule", "choose 'constant' or 'cosine'")
-        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        need(self.max_grad_norm > 0, "max_grad_norm", "must be > 0")
-        need(self.micro_batch_size is None or (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1
-                                               and self.batch_size % self.micro_batch_size == 0),
-             "micro_batch_size", f"must divide the batch B = num_prompts*num_generations = {self.batch_size} (or None)")
-        need(self.device in ("auto", "cpu", "cuda"), "device", "choose 'auto', 'cpu' or 'cuda'")
-        need(self.eval_every >= 0, "eval_every", "must be >= 0")
-        need(self.eval_size >= 1, "eval_size", "must be >= 1")
-        need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
-        need(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
-        need(self.reward_weights is None or len(self.reward_weights) == len(self.reward_funcs), "reward_weights",
-             f"needs one weight per reward function ({len(self.reward_funcs)})")
+        number("delta", f"> 1 + epsilon_high = {1 + hi}", lambda v: v > 1 + hi, optional=True)
+        choice("importance_sampling_level", ("token", "sequence"))
+        integer("num_iterations", 1)
+        boolean("mask_truncated_completions")
+        boolean("log_kl")
+        # optimisation
+        number("learning_rate", "> 0", lambda v: v > 0)
+        number("weight_decay", ">= 0", lambda v: v >= 0)
+        choice("lr_schedule", ("constant", "cosine"))
+        integer("warmup_steps", 0)
+        number("max_grad_norm", "> 0", lambda v: v > 0)
+        integer("micro_batch_size", 1, optional=True)
+        need(self.micro_batch_size is None or self.batch_size % self.micro_batch_size == 0, "micro_batch_size",
+             f"must divide the batch B = num_prompts*num_generations = {self.batch_size} (or None)")
+        # hardware
+        choice("device", ("auto", "cpu", "cuda"))
+        boolean("bf16")
+        boolean("gradient_checkpointing")
+        integer("threads", 1, optional=True)
+        # bookkeeping
+        integer("eval_every", 0)
+        integer("eval_size", 1)
+        integer("checkpoint_every", 0)
+        integer("keep_checkpoints", 1)
+        # reliability
+        choice("on_bad_row", ("raise", "skip"))
+        choice("reward_error_policy", ("raise", "skip", "zero"))
+        number("reward_timeout_s", "> 0", lambda v: v > 0, optional=True)
+        integer("max_consecutive_skips", 0)
+        need(self.reward_error_policy != "skip" or self.advantage_estimator == "grpo", "reward_error_policy",
+             f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
+             f"samples out); use 'zero' or 'raise'")
         return self
 
     # --- serialisation
@@ -173,8 +246,10 @@ class GRPOConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GRPOConfig":
+        if not isinstance(d, dict):
+            raise ConfigError(f"a config must be a mapping of field: value, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(repr(k) if not isinstance(k, str) else k for k in d if k not in names)
         if unknown:
             raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(names)}")
         return cls(**d).validate()
@@ -202,12 +277,18 @@ class GRPOConfig:
         try:
             d = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
-            raise ConfigError(f"config {source} is not valid YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise ConfigError(f"config {source} is not valid YAML: {problem}{where}") from None
         if not isinstance(d, dict):
             raise ConfigError(f"config {source} must be a YAML mapping of field: value")
         return cls.from_dict(d)
 
     def replace(self, **changes) -> "GRPOConfig":
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}")
         return dataclasses.replace(self, **changes).validate()
 
     def to_trl(self) -> dict:

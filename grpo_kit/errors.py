@@ -19,3 +19,7 @@ class RewardError(GRPOKitError, RuntimeError):
 
 class CheckpointError(GRPOKitError, RuntimeError):
     """A checkpoint is missing, corrupt, or incompatible with the config."""
+
+
+class TrainingError(GRPOKitError, RuntimeError):
+    """Training cannot go on (for example too many skipped updates in a row); the message says what to try."""

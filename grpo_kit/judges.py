@@ -14,12 +14,16 @@ Shipped:
 
 ``score(...)`` runs a list of functions, checks what each returns, and combines them with
 weights into a (B,) reward tensor; any problem raises :class:`RewardError` naming the
-function and the sample.
+function and the sample. ``score_with_policy(...)`` applies ``GRPOConfig.reward_error_policy``
+instead ('raise', 'skip' the sample, or 'zero' the value) and ``reward_timeout_s`` (a function
+that does not return in time is a bad value for the whole batch; see ``call_with_timeout``
+for what happens to its thread).
 """
 from __future__ import annotations
 
 import math
 import re
+import threading
 from typing import Callable, Sequence
 
 import torch
@@ -85,6 +89,100 @@ def _name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
+def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: float | None):
+    """``f(prompts=..., completions=..., **columns)``; inline when ``timeout_s`` is None.
+
+    With a time limit the call runs in a daemon thread and :class:`RewardError` is raised when
+    it has not returned after ``timeout_s`` seconds. Python cannot stop a thread, so a hung
+    function keeps running in the background: its result is discarded, it does not block the
+    interpreter from exiting (daemon), and each further timeout leaves one more such thread.
+    If the function holds a lock, a GPU or a network connection, restart the kernel/process.
+    """
+    if timeout_s is None:
+        return f(prompts=prompts, completions=completions, **columns)
+    box: dict = {}
+
+    def target():
+        try:
+            box["out"] = f(prompts=prompts, completions=completions, **columns)
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            box["err"] = e
+
+    worker = threading.Thread(target=target, name=f"reward-{_name(f)}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+                          f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
+                          f"make it faster or raise reward_timeout_s (its thread is left running in the background)")
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
+def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
+          policy: str = "raise", timeout_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Run every reward function -> (per_func (B, K), bad (B, K) bool, reasons).
+
+    ``per_func`` is NaN where a function returned None (it cannot score that sample) and where
+    the value is bad. A value is bad when the function raised, timed out, returned the wrong
+    count or type (all B values of that function are bad) or returned NaN/inf or a non-number.
+    ``policy='raise'`` raises :class:`RewardError` at the first bad value, naming the function
+    and the sample; 'skip' and 'zero' mark it in ``bad`` and describe it in ``reasons``.
+    """
+    if policy not in REWARD_ERROR_POLICIES:
+        raise RewardError(f"reward_error_policy={policy!r}: choose from {REWARD_ERROR_POLICIES}")
+    B = len(completions)
+    out = torch.full((B, len(funcs)), float("nan"), dtype=torch.float32)  # (B, K)
+    bad = torch.zeros(B, len(funcs), dtype=torch.bool)  # (B, K)
+    reasons: list[str] = []
+
+    def fail(message, rows):
+        if policy == "raise":
+            raise RewardError(message)
+        bad[rows, k] = True
+        reasons.append(message)
+
+    for k, f in enumerate(funcs):
+        try:
+            vals = call_with_timeout(f, prompts, completions, columns, timeout_s)
+        except RewardError as e:  # timed out
+            fail(str(e), slice(None))
+            continue
+        except Exception as e:  # noqa: BLE001 - re-raised with the judge's name
+            if policy == "raise":
+                raise RewardError(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}") from e
+            fail(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}", slice(None))
+            continue
+        try:
+            if isinstance(vals, (str, bytes, dict)):  # iterable, but not one value per completion
+                raise TypeError
+            vals = list(vals)
+        except TypeError:
+            fail(f"reward function {_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats",
+                 slice(None))
+            continue
+        if len(vals) != B:
+            fail(f"reward function {_name(f)!r} returned {len(vals)} values for {B} completions; "
+                 f"return one float per completion", slice(None))
+            continue
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            try:
+                v = float(v)
+            except (TypeError, ValueError, OverflowError):
+                fail(f"reward function {_name(f)!r} returned {v!r:.60} for sample {i} "
+                     f"(prompt {prompts[i]!r}); return a float or None", i)
+                continue
+            if not math.isfinite(v):
+                fail(f"reward function {_name(f)!r} returned {v} for sample {i} (prompt {prompts[i]!r}, "
+                     f"completion {completions[i]!r}); rewards must be finite: return None to skip a sample", i)
+                continue
+            out[i, k] = v
+    return out, bad, reasons
+
+
 def score_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str],
                columns: dict[str, list]) -> torch.Tensor:
     """Run every reward function; returns (B, K) float rewards, NaN where a function said None.
@@ -92,35 +190,7 @@ def score_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: lis
     Raises :class:`RewardError` when a function raises, returns the wrong number of values,
     or returns NaN/inf or a non-number.
     """
-    B = len(completions)
-    out = torch.empty(B, len(funcs), dtype=torch.float32)  # (B, K)
-    for k, f in enumerate(funcs):
-        try:
-            vals = f(prompts=prompts, completions=completions, **columns)
-        except Exception as e:  # noqa: BLE001 - re-raised with the judge's name
-            raise RewardError(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}") from e
-        try:
-            vals = list(vals)
-        except TypeError:
-            raise RewardError(f"reward function {_name(f)!r} returned {type(vals).__name__}; "
-                              f"return a list of {B} floats") from None
-        if len(vals) != B:
-            raise RewardError(f"reward function {_name(f)!r} returned {len(vals)} values for {B} completions; "
-                              f"return one float per completion")
-        for i, v in enumerate(vals):
-            if v is None:
-                out[i, k] = float("nan")
-                continue
-            try:
-                v = float(v)
-            except (TypeError, ValueError):
-                raise RewardError(f"reward function {_name(f)!r} returned {v!r} for sample {i} "
-                                  f"(prompt {prompts[i]!r}); return a float or None") from None
-            if not math.isfinite(v):
-                raise RewardError(f"reward function {_name(f)!r} returned {v} for sample {i} (prompt {prompts[i]!r}, "
-                                  f"completion {completions[i]!r}); rewards must be finite: return None to skip a sample")
-            out[i, k] = v
-    return out
+    return judge(funcs, prompts, completions, columns)[0]
 
 
 def combine(per_func: torch.Tensor, weights: Sequence[float] | None = None) -> torch.Tensor:
@@ -141,6 +211,34 @@ def score(funcs, prompts, completions, columns, weights=None) -> tuple[torch.Ten
     """Rewards (B,) and the per-function rewards (B, K)."""
     per_func = score_each(funcs, prompts, completions, columns)
     return combine(per_func, weights), per_func
+
+
+REWARD_ERROR_POLICIES = ("raise", "skip", "zero")
+
+
+def score_with_policy(funcs, prompts, completions, columns, weights=None, policy: str = "raise",
+                      timeout_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """Rewards (B,), per-function rewards (B, K), bad samples (B,) bool and the reasons.
+
+    - ``raise`` (default): exactly :func:`score`; any bad value raises :class:`RewardError`.
+    - ``skip``: a sample with any bad value, or that no function scored, is bad: its reward is
+      NaN here, and ``train.grpo_step`` gives it advantage 0 and masks it from the loss.
+    - ``zero``: a bad value counts as 0 for that function (a sample no function scored gets 0);
+      the sample trains normally and is still counted as bad.
+    """
+    per_func, bad, reasons = judge(funcs, prompts, completions, columns, policy, timeout_s)  # (B, K), (B, K)
+    if policy == "raise":
+        return combine(per_func, weights), per_func, bad.any(-1), reasons
+    unscored = torch.isnan(per_func).all(-1) & ~bad.any(-1)  # (B,) every function said None
+    if bool(unscored.any()):
+        reasons.append(f"no reward function scored sample {int(unscored.nonzero()[0])}: every function returned None")
+    if policy == "zero":
+        per_func = torch.where(bad, torch.zeros_like(per_func), per_func)  # (B, K)
+        rewards = combine(torch.where(unscored.unsqueeze(-1), torch.zeros_like(per_func), per_func), weights)  # (B,)
+        return rewards, per_func, bad.any(-1) | unscored, reasons
+    sample_bad = bad.any(-1) | unscored  # (B,)
+    rewards = combine(torch.where(sample_bad.unsqueeze(-1), torch.zeros_like(per_func), per_func), weights)  # (B,)
+    return torch.where(sample_bad, torch.full_like(rewards, float("nan")), rewards), per_func, sample_bad, reasons
 
 
 # ================================================================ answers in free text

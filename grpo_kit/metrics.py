@@ -19,8 +19,9 @@ def reward_metrics(rewards: torch.Tensor, per_func: torch.Tensor | None = None,
                    func_names: list[str] | None = None) -> dict:
     """rewards (P, G); per_func (B, K) -> summary floats."""
     flat = rewards.reshape(-1)  # (B,)
+    flat = flat[~torch.isnan(flat)]  # (B',) samples skipped by reward_error_policy='skip' are NaN
     out = {
-        "reward": flat.mean().item(),
+        "reward": flat.mean().item() if flat.numel() else float("nan"),
         "reward_std": flat.std().item() if flat.numel() > 1 else 0.0,
         "frac_reward_zero_std": zero_std_groups(rewards).float().mean().item(),
     }

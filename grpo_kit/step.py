@@ -6,8 +6,9 @@ back-propagates each micro-batch's share of the loss (gradient accumulation: the
 up to the loss of the whole batch, see ``losses.aggregate``), clips the global gradient norm
 and steps. On CUDA the forward passes run under bf16 autocast; on CPU everything is float32.
 
-A non-finite loss or gradient norm skips the optimizer step (weights untouched) and reports
-``skipped=1``.
+A non-finite loss or gradient norm skips the optimizer step (weights and optimizer state
+untouched) and reports ``skipped`` = the number of skipped updates; so does a batch whose
+``sample_mask`` leaves no sample (every reward bad under ``reward_error_policy='skip'``).
 """
 from __future__ import annotations
 
@@ -59,17 +60,21 @@ def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: 
 
 
 def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Tensor, cfg,
-               scheduler=None) -> dict:
+               scheduler=None, sample_mask: torch.Tensor | None = None) -> dict:
     """One GRPO update (``cfg.num_iterations`` optimizer steps) -> metrics dict of floats.
 
     ``advantages``: (B,) or (P, G). ``ref`` may be None when ``cfg.beta == 0`` and
-    ``cfg.log_kl`` is False.
+    ``cfg.log_kl`` is False. ``sample_mask`` (B,) or (P, G) bool: False rows are left out of the
+    loss (no gradient, not in the token count); when no row is left the update is skipped.
     """
     device = next(policy.parameters()).device
     ctx = autocast_for(device, cfg.bf16)
     B = rollouts.completion_ids.shape[0]
     adv = advantages.reshape(B).to(device=device, dtype=torch.float32)  # (B,)
     mask = loss_mask(rollouts, cfg.mask_truncated_completions)  # (B, Tc)
+    if sample_mask is not None:
+        mask = mask * sample_mask.reshape(B, 1).to(device=mask.device, dtype=mask.dtype)  # (B, Tc)
+    nothing_to_learn = sample_mask is not None and not bool(sample_mask.any())
     temps = row_temperatures(cfg.temperature, rollouts.num_prompts, rollouts.num_generations, device)  # (B, 1)
     temps = temps.unsqueeze(-1)  # (B, 1, 1) divides logits (B, Tc, V)
     slices = micro_slices(B, cfg.micro_batch_size)
@@ -88,6 +93,9 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     skipped, grad_norm = 0, 0.0
     policy.train()
     for it in range(cfg.num_iterations):
+        if nothing_to_learn:
+            skipped += 1
+            continue
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for s in slices:

@@ -8,12 +8,14 @@ Sources:
 - ``arithmetic``: ``a+b=`` problems with difficulty knobs (digits, operators). The tiny model
   writes the result least-significant digit first (``12+34=`` -> ``64``), the order in which a
   left-to-right model can compute carries; the column ``reverse_digits`` tells the judge.
-- ``load_jsonl`` / ``load_gsm8k``: GSM8K-style rows ``{"question", "answer": "... #### 42"}``,
-  validated strictly: a bad row raises :class:`DataError` naming the file, line and problem.
+- ``load_items`` / ``load_gsm8k``: GSM8K-style rows ``{"question", "answer": "... #### 42"}`` or
+  kit rows ``{"prompt", "answer"}``, validated strictly: a bad row raises :class:`DataError`
+  naming the file, line and problem, or with ``on_bad_row="skip"`` is skipped and counted.
 """
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from dataclasses import dataclass
@@ -123,31 +125,55 @@ def get_task(name: str) -> ArithmeticTask:
 
 
 # ---------------------------------------------------------------- jsonl datasets
+#
+# A row is checked by a function that returns the item or raises _RowProblem(reason). The
+# loaders either raise DataError on the first bad row (on_bad_row="raise", the default) or skip
+# bad rows, log how many and why (logger "grpo_kit.tasks"), and go on (on_bad_row="skip");
+# scan_items() returns the items and every (line, reason) for a caller that wants the report.
+
+log = logging.getLogger(__name__)
+ON_BAD_ROW = ("raise", "skip")
+
+
+class _RowProblem(Exception):
+    """A row is malformed; the message is the reason (the loader adds file and line)."""
+
 
 def _fail(path, lineno, problem):
     raise DataError(f"{path}, line {lineno}: {problem}")
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
-    """Rows of a jsonl file as (line number, dict); blank lines are skipped."""
-    path = Path(path)
+def _read_lines(path: Path) -> list[str]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder; pass a .jsonl file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read the file ({e})") from None
+
+
+def _parse_row(line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, over-long integers, deep nesting
+        raise _RowProblem(f"not valid JSON ({getattr(e, 'msg', e)}); each line must be one JSON object") from None
+    if not isinstance(row, dict):
+        raise _RowProblem(f"expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
+    """Rows of a jsonl file as (line number, dict); blank lines are skipped; a bad line raises DataError."""
+    path = Path(path)
     rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            _fail(path, lineno, f"not valid JSON ({e.msg}); each line must be one JSON object")
-        if not isinstance(row, dict):
-            _fail(path, lineno, f"expected a JSON object, got {type(row).__name__}")
-        rows.append((lineno, row))
+    for lineno, line in enumerate(_read_lines(path), 1):
+        if line.strip():
+            try:
+                rows.append((lineno, _parse_row(line)))
+            except _RowProblem as e:
+                _fail(path, lineno, e)
     if not rows:
         raise DataError(f"{path}: the file has no rows")
     return rows
@@ -156,49 +182,94 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
 _NUMBER = re.compile(r"-?\d[\d,]*(\.\d+)?")
 
 
-def _need_str(path, lineno, row, key):
+def _need_str(row: dict, key: str) -> str:
     if key not in row:
-        _fail(path, lineno, f"missing field {key!r} (fields present: {sorted(row)})")
+        raise _RowProblem(f"missing field {key!r} (fields present: {sorted(row)})")
     if not isinstance(row[key], str):
-        _fail(path, lineno, f"field {key!r} must be a string, got {type(row[key]).__name__}")
+        raise _RowProblem(f"field {key!r} must be a string, got {type(row[key]).__name__} {row[key]!r:.40}")
     if not row[key].strip():
-        _fail(path, lineno, f"field {key!r} is empty")
+        raise _RowProblem(f"field {key!r} is empty")
     return row[key]
 
 
-def load_gsm8k(path: str | Path) -> list[dict]:
+def gsm8k_item(row: dict) -> dict:
+    """A GSM8K row ``{"question", "answer": "... #### 42"}`` -> item with ``prompt``, ``answer``, ``solution``."""
+    question = _need_str(row, "question")
+    answer = _need_str(row, "answer")
+    if "####" not in answer:
+        raise _RowProblem("field 'answer' has no '#### <number>' final answer")
+    solution, final = answer.rsplit("####", 1)
+    final = final.strip().replace(",", "")
+    if not _NUMBER.fullmatch(final):
+        raise _RowProblem(f"the final answer after '####' is not a number: {final!r}")
+    return {"prompt": question, "answer": final, "solution": solution.strip()}
+
+
+def kit_item(row: dict) -> dict:
+    """A kit row ``{"prompt", "answer": "42", ...extra columns}`` -> the same dict, checked."""
+    _need_str(row, "prompt")
+    answer = _need_str(row, "answer").strip()
+    if not _NUMBER.fullmatch(answer.replace(",", "")):
+        raise _RowProblem(f"field 'answer' is not a number: {answer!r}")
+    return dict(row)
+
+
+def scan_items(path: str | Path, kind: str = "auto") -> tuple[list[dict], list[tuple[int, str]]]:
+    """Every good item of a jsonl file and every bad row as (line, reason); never raises for a row.
+
+    ``kind``: 'gsm8k', 'kit', or 'auto' (GSM8K when the first JSON object has a ``question``).
+    File-level problems (missing, unreadable, no rows) still raise :class:`DataError`.
+    """
+    path = Path(path)
+    items, bad, make = [], [], {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind)
+    if make is None and kind != "auto":
+        raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
+    lines = [(n, line) for n, line in enumerate(_read_lines(path), 1) if line.strip()]
+    if not lines:
+        raise DataError(f"{path}: the file has no rows")
+    for lineno, line in lines:
+        try:
+            row = _parse_row(line)
+            if make is None:
+                make = gsm8k_item if "question" in row else kit_item
+            items.append(make(row))
+        except _RowProblem as e:
+            bad.append((lineno, str(e)))
+    return items, bad
+
+
+def _load(path, kind: str, on_bad_row: str) -> list[dict]:
+    if on_bad_row not in ON_BAD_ROW:
+        raise DataError(f"on_bad_row={on_bad_row!r}: choose 'raise' or 'skip'")
+    items, bad = scan_items(path, kind)
+    if bad and on_bad_row == "raise":
+        _fail(path, *bad[0])
+    if bad and not items:
+        raise DataError(f"{path}: all {len(bad)} rows are malformed (line {bad[0][0]}: {bad[0][1]})")
+    if bad:
+        first = "; ".join(f"line {n}: {r}" for n, r in bad[:3])
+        log.warning("%s: skipped %d malformed row(s) of %d (%s%s)", path, len(bad), len(bad) + len(items),
+                    first, "; ..." if len(bad) > 3 else "")
+    return items
+
+
+def load_gsm8k(path: str | Path, on_bad_row: str = "raise") -> list[dict]:
     """GSM8K jsonl: ``question`` and ``answer`` ending in ``#### <number>`` -> items.
 
     Items carry ``prompt`` (the question), ``answer`` (the number after ``####``, commas
-    removed) and ``solution`` (the worked solution before ``####``).
+    removed) and ``solution`` (the worked solution before ``####``). ``on_bad_row='skip'``
+    drops malformed rows and logs how many (see :func:`scan_items` for the full list).
     """
-    items = []
-    for lineno, row in read_jsonl(path):
-        question = _need_str(path, lineno, row, "question")
-        answer = _need_str(path, lineno, row, "answer")
-        if "####" not in answer:
-            _fail(path, lineno, "field 'answer' has no '#### <number>' final answer")
-        solution, final = answer.rsplit("####", 1)
-        final = final.strip().replace(",", "")
-        if not _NUMBER.fullmatch(final):
-            _fail(path, lineno, f"the final answer after '####' is not a number: {final!r}")
-        items.append({"prompt": question, "answer": final, "solution": solution.strip()})
-    return items
+    return _load(path, "gsm8k", on_bad_row)
 
 
-def load_items(path: str | Path) -> list[dict]:
-    """A jsonl of items: GSM8K rows (``question``/``answer``) or kit rows (``prompt``/``answer``)."""
-    rows = read_jsonl(path)
-    if "question" in rows[0][1]:
-        return load_gsm8k(path)
-    items = []
-    for lineno, row in rows:
-        _need_str(path, lineno, row, "prompt")
-        answer = _need_str(path, lineno, row, "answer").strip()
-        if not _NUMBER.fullmatch(answer.replace(",", "")):
-            _fail(path, lineno, f"field 'answer' is not a number: {answer!r}")
-        items.append(dict(row))
-    return items
+def load_items(path: str | Path, on_bad_row: str = "raise") -> list[dict]:
+    """A jsonl of items: GSM8K rows (``question``/``answer``) or kit rows (``prompt``/``answer``).
+
+    ``on_bad_row``: 'raise' a DataError naming file, line and reason at the first malformed
+    row, or 'skip' malformed rows and log their count and reasons.
+    """
+    return _load(path, "auto", on_bad_row)
 
 
 def save_items(items: list[dict], path: str | Path) -> None:

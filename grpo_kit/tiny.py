@@ -158,6 +158,9 @@ def load_model(name_or_path: str | Path = "tiny", device: str | torch.device = "
 
     path = shipped_path(str(name_or_path)) if str(name_or_path).startswith("tiny") else name_or_path
     local = Path(path)
+    if not local.exists() and str(path).startswith(("/", "./", "../", "~")):
+        raise CheckpointError(f"{local}: no such model folder; pass a folder written by save_pretrained, "
+                              f"a Hugging Face hub name or 'tiny'")
     if local.exists() and not (local / "config.json").is_file():
         raise CheckpointError(f"{local}: not a model folder (no config.json); pass a folder written by save_pretrained")
     try:
