@@ -20,4 +20,4 @@ def small_cfg():
     from grpo_kit.config import GRPOConfig
 
     return GRPOConfig(steps=4, num_prompts=4, num_generations=4, eval_every=0, eval_size=20,
-                      checkpoint_every=0)
+                      checkpoint_every=0, threads=1)
