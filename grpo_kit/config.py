@@ -211,6 +211,7 @@ class GRPOConfig:
         integer("num_iterations", 1)
         boolean("mask_truncated_completions")
         boolean("log_kl")
+        boolean("share_prompt_prefix")
         # optimisation
         number("learning_rate", "> 0", lambda v: v > 0)
         number("weight_decay", ">= 0", lambda v: v >= 0)
