@@ -51,7 +51,7 @@ class GRPOConfig:
     """Seeds prompt order, sampling and initialisation; a run is deterministic per seed on one machine."""
 
     # --- sampling (one step samples P prompts x G completions)
-    steps: int = 400
+    steps: int = 500
     """Number of GRPO updates."""
     num_prompts: int = 16
     """P: prompts per step."""
@@ -98,8 +98,12 @@ class GRPOConfig:
     """AdamW learning rate (the tiny model; a 0.5B model wants about 1e-6)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    lr_schedule: str = "constant"
-    """'constant' or 'cosine' (with ``warmup_steps`` of linear warm-up)."""
+    lr_schedule: str = "cosine"
+    """'cosine' (decay to 0 over ``steps``, after ``warmup_steps`` of linear warm-up) or 'constant'.
+
+    Cosine is the default because at a constant 3e-4 the tiny model's held-out accuracy still
+    swings by +-10 points late in a run (seed 1 ended at 64% after touching 75%); decaying the
+    step size lets it settle (91-94% at 500 steps for seeds 0-2)."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
     max_grad_norm: float = 1.0

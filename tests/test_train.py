@@ -14,9 +14,10 @@ def test_exact_resume_matches_straight_run(small_cfg, tmp_path):
     straight = setup(cfg)
     list(train(cfg, straight))
 
-    first = setup(cfg.replace(steps=5))
-    list(train(cfg.replace(steps=5), first, out_dir=tmp_path))
-    assert latest_checkpoint(tmp_path).name == "step-000005"
+    # the same 10-step run (same cosine schedule), stopped after step 5 with a checkpoint
+    first = setup(cfg)
+    list(train(cfg, first, out_dir=tmp_path, should_stop=lambda: first.step >= 5))
+    assert first.step == 5 and latest_checkpoint(tmp_path).name == "step-000005"
     resumed = setup(cfg)  # a fresh process would start from the base weights
     list(train(cfg, resumed, out_dir=tmp_path, resume=True))
 

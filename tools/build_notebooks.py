@@ -45,7 +45,7 @@ The recipe you will see, one step of GRPO:
 # Parameters (papermill overrides these). SMOKE=True is a fast pipeline check only.
 SMOKE = False
 SEED = 0
-STEPS = 400
+STEPS = 500
 """, tags=["parameters"]),
     code("""
 import torch
