@@ -51,18 +51,21 @@ def parse_answer(completion: str, reverse_digits: bool | None, scratchpad: bool 
     return None if value is None else float(value)
 
 
+def stated_answers(completions: list[str], reverse_digits: list[bool] | None = None,
+                   scratchpad: list[bool] | None = None) -> list[float | None]:
+    """:func:`parse_answer` over a batch, the per-row task columns defaulting to None."""
+    n = len(completions)
+    rev = reverse_digits if reverse_digits is not None else [None] * n
+    pad = scratchpad if scratchpad is not None else [None] * n
+    return [parse_answer(c, r, s) for c, r, s in zip(completions, rev, pad)]
+
+
 def exact_answer(prompts: list[str], completions: list[str], answer: list[str],
                  reverse_digits: list[bool] | None = None, scratchpad: list[bool] | None = None,
                  **_) -> list[float]:
     """1.0 when the stated number equals the reference ``answer`` exactly, else 0.0."""
-    n = len(completions)
-    rev = reverse_digits if reverse_digits is not None else [None] * n
-    pad = scratchpad if scratchpad is not None else [None] * n
-    out = []
-    for c, a, r, s in zip(completions, answer, rev, pad):
-        got = parse_answer(c, r, s)
-        out.append(1.0 if got is not None and got == float(str(a).replace(",", "")) else 0.0)
-    return out
+    got = stated_answers(completions, reverse_digits, scratchpad)
+    return [1.0 if g is not None and g == float(str(a).replace(",", "")) else 0.0 for g, a in zip(got, answer)]
 
 
 def format_reward(prompts: list[str], completions: list[str], **_) -> list[float]:

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .inference import columns_of, greedy_accuracy, max_answer_tokens
-from .judges import exact_answer, parse_answer
+from .judges import exact_answer, stated_answers
 from .logprobs import completion_logprobs
 from .losses import bradley_terry_loss, pairwise_margin_loss
 from .preferences import check_preferences, preferences_from_scores
@@ -147,15 +147,9 @@ def train_offline(policy, ref, tokenizer, records: Sequence[dict], steps: int, e
 
 def closeness_score(prompts, completions, answer, reverse_digits=None, scratchpad=None, **_) -> list[float]:
     """A finer scalar judge for the arithmetic tasks: minus the distance of the stated number to
-    the right one (no number: -inf, ranked last). Reads the task's digit order."""
-    n = len(completions)
-    rev = reverse_digits if reverse_digits is not None else [None] * n
-    pad = scratchpad if scratchpad is not None else [None] * n
-    out = []
-    for c, a, r, s in zip(completions, answer, rev, pad):
-        got = parse_answer(c, r, s)
-        out.append(-abs(got - float(a)) if got is not None else -1e9)
-    return out
+    the right one (no number: -1e9, ranked last). Reads the task's digit order."""
+    got = stated_answers(completions, reverse_digits, scratchpad)
+    return [-abs(g - float(a)) if g is not None else -1e9 for g, a in zip(got, answer)]
 
 
 @torch.no_grad()
