@@ -317,7 +317,7 @@ def main(argv=None) -> dict:
         return {}
     variants = [v for v in args.variants.split(",") if v]
     if "trl" in variants and not have_trl():
-        print("trl is not installed: skipping the TRL variant (pip install -r requirements-bench.txt)")
+        print("trl is not installed: skipping the TRL variant (pip install -r requirements.txt)")
         variants.remove("trl")
     print(f"timing {variants} ...")
     times, cpu = measure(cfg, variants, args.reps, args.warmup)

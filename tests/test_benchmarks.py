@@ -23,7 +23,7 @@ def test_bench_step_kit_and_floor_write_json(tmp_path):
 
 def test_bench_step_against_trl(tmp_path):
     if not bench_step.have_trl():
-        pytest.skip("trl is not installed; the TRL comparison needs `pip install -r requirements-bench.txt`")
+        pytest.skip("trl is not installed; the TRL comparison needs `pip install -r requirements.txt`")
     res = bench_step.main(TINY + ["--variants", "trl,kit", "--mem-steps", "0", "--out", str(tmp_path / "b.json")])
     assert set(res["median_s"]) == {"trl", "kit"} and "ratio_kit_over_trl" in res
 
