@@ -118,13 +118,15 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                 loss = loss - entropy_bonus(ent.float(), m, cfg.entropy_coef, len(slices))
             loss.backward()
             step_loss += loss.item()
-            if it == 0:  # metrics describe the batch as sampled, before any update
-                mf = m.float()
+            mf = m.float()
+            # clipping can only act from the second update on (the ratio is 1 at the first):
+            # clip fractions are averaged over every update, as TRL logs them
+            sums["low"] += (info["clip_low"].expand_as(mf) * mf).sum().item()
+            sums["high"] += (info["clip_high"].expand_as(mf) * mf).sum().item()
+            if it == 0:  # entropy and KL describe the batch as sampled, before any update
                 sums["entropy"] += (ent.detach() * mf).sum().item()
                 if info["kl"] is not None:
                     sums["kl"] += (info["kl"].detach() * mf).sum().item()
-                sums["low"] += (info["clip_low"].expand_as(mf) * mf).sum().item()
-                sums["high"] += (info["clip_high"].expand_as(mf) * mf).sum().item()
         gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         grad_norm = float(gn)
         if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
@@ -142,9 +144,9 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
         "grad_norm": grad_norm,
         "learning_rate": lr,
         "entropy": sums["entropy"] / ntok,
-        "clip_ratio/low_mean": sums["low"] / ntok,
-        "clip_ratio/high_mean": sums["high"] / ntok,
-        "clip_ratio/region_mean": (sums["low"] + sums["high"]) / ntok,
+        "clip_ratio/low_mean": sums["low"] / (ntok * cfg.num_iterations),
+        "clip_ratio/high_mean": sums["high"] / (ntok * cfg.num_iterations),
+        "clip_ratio/region_mean": (sums["low"] + sums["high"]) / (ntok * cfg.num_iterations),
         "skipped": float(skipped),
     }
     if ref_logp is not None:

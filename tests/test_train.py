@@ -68,3 +68,13 @@ def test_metrics_use_trl_keys(small_cfg):
     for k in ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean",
               "completions/mean_length", "loss", "grad_norm", "learning_rate", "step_time", "accuracy"):
         assert k in m, k
+
+
+def test_clip_fractions_count_the_later_updates(small_cfg):
+    # one update: the ratio is exactly 1, nothing can be clipped; a second update on the same
+    # samples with a tiny trust region (GSPO-sized epsilon) must clip some tokens
+    one = next(iter(train(small_cfg.replace(steps=1), setup(small_cfg.replace(steps=1)))))
+    assert one["clip_ratio/region_mean"] == 0.0
+    cfg = small_cfg.replace(steps=1, num_iterations=2, epsilon=3e-4, epsilon_high=4e-4)
+    two = next(iter(train(cfg, setup(cfg))))
+    assert 0.0 < two["clip_ratio/region_mean"] <= 0.5
