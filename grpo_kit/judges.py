@@ -33,20 +33,13 @@ from .tasks import read_completion
 
 RewardFunc = Callable[..., list]
 
-_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def extract_number(text: str) -> float | None:
-    """The last number in free text (commas removed), or ``None``."""
-    found = _LAST_NUMBER.findall(text)
-    return float(found[-1].replace(",", "")) if found else None
-
 
 def parse_answer(completion: str, reverse_digits: bool | None, scratchpad: bool | None = None) -> float | None:
     """The number a completion states: for the arithmetic tasks the whole completion (or the part
-    after ``|`` with a scratchpad), digits in the task's order; the last number in the text otherwise."""
+    after ``|`` with a scratchpad), digits in the task's order; in free text, :func:`final_answer`
+    (``####``, ``\\boxed{}``, "the answer is", else the last number)."""
     if reverse_digits is None:
-        return extract_number(completion)
+        return final_answer(completion)
     value = read_completion(completion, bool(reverse_digits), bool(scratchpad))
     return None if value is None else float(value)
 

@@ -11,6 +11,8 @@ def test_exact_answer_reversed_and_plain():
     got = exact_answer(["12+34="] * 3, ["64", "46", "6x"], answer=["46"] * 3, reverse_digits=[True] * 3)
     assert got == [1.0, 0.0, 0.0]
     assert exact_answer(["q"], ["so the total is 1,234."], answer=["1234"]) == [1.0]
+    # free text goes through the full extractor: the #### marker wins over a later number
+    assert exact_answer(["q"], ["3 + 4 = 7\n#### 7 (checked in 2 ways)"], answer=["7"]) == [1.0]
 
 
 def test_format_reward():
