@@ -34,6 +34,15 @@ def _task_names() -> list[str]:
     return sorted(set(TASKS) | shipped)
 
 
+# advantage estimators of ``advantages.ESTIMATORS`` that need an input ``train.grpo_step`` does not make
+UNRUNNABLE_ESTIMATORS = {
+    "pairwise": "needs a (P, G, G) preference matrix from a pairwise judge (preferences.py), not scalar rewards",
+    "process": "needs per-step rewards and the token positions of each step (process supervision)",
+    "hybrid_gae": "needs per-token values from a critic (critic.py) and per-token rewards",
+}
+TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
+
+
 @dataclass
 class GRPOConfig:
     # --- what to train
@@ -60,7 +69,8 @@ class GRPOConfig:
     max_completion_length: int = 8
     """Tokens generated per completion at most (TRL's name); also the Dr. GRPO normaliser."""
     temperature: float | list[float] = 1.0
-    """Sampling temperature; a list gives each group a mix (cycled over its G completions)."""
+    """Sampling temperature; a list gives each group a mix (cycled over its G completions; TRL has one
+    temperature, so ``to_trl()`` refuses a list)."""
 
     # --- the objective
     scale_rewards: str = "none"
@@ -69,11 +79,15 @@ class GRPOConfig:
     """Advantage estimator by name (see ``advantages.ESTIMATORS``): 'grpo' uses ``scale_rewards`` (the
     default); 'rloo', 'rank', 'kmeans', 'topk', 'topk_minus_own_BROKEN_SIGN' (wrong sign, for study),
     'normalize_then_sum' / 'sum_then_normalize' (one objective per reward function, ``reward_weights``).
-    'pairwise', 'process', 'hybrid_gae' need inputs the loop does not make and raise there."""
+    'pairwise', 'process', 'hybrid_gae' need inputs the loop does not make (a pairwise judge, per-step
+    rewards, a critic): ``validate()`` refuses them (use their functions in ``advantages`` directly)."""
     loss_type: str = "dapo"
-    """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers)."""
+    """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers;
+    TRL 1.16's 'cispo', 'sapo', 'luspo' and 'vespo' are not implemented and refused by ``validate()``)."""
     beta: float = 0.0
-    """KL coefficient against the frozen reference (k3 estimator); 0 drops the KL term from the loss."""
+    """KL coefficient against the frozen reference (k3 estimator); 0 drops the KL term from the loss.
+    The KL term is not multiplied by the importance ratio (TRL's ``use_bias_correction_kl=False``,
+    which ``to_trl()`` sets; TRL's default True changes the KL gradient)."""
     epsilon: float = 0.2
     """Lower clip: ratios below 1 - epsilon stop pulling down negative-advantage tokens."""
     epsilon_high: float | None = None
@@ -99,13 +113,18 @@ class GRPOConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     lr_schedule: str = "cosine"
-    """'cosine' (decay to 0 over ``steps``, after ``warmup_steps`` of linear warm-up) or 'constant'.
+    """'cosine' (decay to 0 over the run's ``steps * num_iterations`` optimizer updates, after
+    ``warmup_steps`` of linear warm-up) or 'constant' (after the warm-up, if any).
+
+    The schedule advances once per optimizer update, with transformers' formulas (warm-up factor
+    u / warmup_steps at update u, counted from 0), as TRL's trainer does; with ``num_iterations=1``
+    an update is a step.
 
     Cosine is the default because at a constant 3e-4 the tiny model's held-out accuracy still
     swings by +-10 points late in a run (seed 1 ended at 64% after touching 75%); decaying the
     step size lets it settle (91-94% at 500 steps for seeds 0-2)."""
     warmup_steps: int = 0
-    """Linear warm-up steps."""
+    """Linear warm-up, in optimizer updates (TRL's ``warmup_steps``; = steps when ``num_iterations=1``)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     micro_batch_size: int | None = None
@@ -203,8 +222,14 @@ class GRPOConfig:
         from .advantages import ESTIMATORS
 
         choice("advantage_estimator", tuple(ESTIMATORS))
+        need(self.advantage_estimator not in UNRUNNABLE_ESTIMATORS, "advantage_estimator",
+             UNRUNNABLE_ESTIMATORS.get(self.advantage_estimator, "") + "; the training loop cannot feed it. Choose "
+             + ", ".join(repr(e) for e in ESTIMATORS if e not in UNRUNNABLE_ESTIMATORS))
         choice("kl_estimator", ("k1", "k2", "k3"))
         number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
+        need(self.loss_type not in TRL_ONLY_LOSS_TYPES, "loss_type",
+             "is one of TRL 1.16's loss types (cispo, sapo, luspo, vespo) that the kit does not implement; "
+             "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (or train it with TRL's GRPOTrainer)")
         choice("loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
         number("beta", ">= 0 (it weighs a KL penalty)", lambda v: v >= 0)
         number("epsilon", "in (0, 1)", lambda v: 0 < v < 1)
@@ -296,31 +321,77 @@ class GRPOConfig:
             raise ConfigError(f"unknown config field(s) {unknown}")
         return dataclasses.replace(self, **changes).validate()
 
+    def _cuda(self) -> bool:
+        """Whether this config trains on CUDA (where ``bf16`` applies) on this machine."""
+        if self.device == "auto":
+            import torch
+
+            return torch.cuda.is_available()
+        return self.device == "cuda"
+
     def to_trl(self) -> dict:
-        """Keyword arguments for ``trl.GRPOConfig`` that give the same objective."""
+        """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
+
+        Each field keeps its meaning (``tests/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
+        configured by this dict and the kit side by side and compares gradients; ``tests/test_config.py``
+        reads every value back from ``trl.GRPOConfig``):
+
+        - a kit step samples one batch and makes ``num_iterations`` optimizer updates on it; TRL counts
+          optimizer updates, so ``max_steps = steps * num_iterations``, and one generation batch of
+          B = P*G rows spans ``steps_per_generation = gradient_accumulation_steps = B / micro_batch_size``
+          micro-batches of ``per_device_train_batch_size = micro_batch_size`` rows;
+        - the LR schedule advances per optimizer update in both (``lr_schedule``);
+        - the KL term is not importance-weighted (``use_bias_correction_kl=False``, see ``beta``);
+        - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8), plain sampling (top_k 0, top_p 1).
+
+        Refused (ConfigError) because TRL cannot express it: a list of temperatures (TRL has one);
+        a KL estimator other than k3; an advantage estimator TRL lacks; and, with more than one
+        micro-batch, ``loss_type='bnpo'`` or ``entropy_coef != 0``: TRL shuffles the rows of each
+        generated batch before cutting it into micro-batches, and these two average over each
+        micro-batch's tokens, so their value depends on which rows share a micro-batch (the kit keeps
+        each group's rows together). Every other objective is a sum over rows, which no shuffle changes.
+        Not objective: TRL draws prompts without replacement per epoch, the kit with replacement.
+        """
+        def refuse(field_, rule):
+            raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to TRL: {rule}")
+
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
-            raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
-                              f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")
+            refuse("advantage_estimator", "TRL has no such estimator; use 'grpo', 'sum_then_normalize' or "
+                                          "'normalize_then_sum'")
         if self.kl_estimator != "k3":
-            raise ConfigError(f"GRPOConfig.kl_estimator={self.kl_estimator!r}: TRL's GRPOTrainer uses k3 only; "
-                              f"set kl_estimator='k3' to export to TRL")
+            refuse("kl_estimator", "TRL's GRPOTrainer uses k3 only; set kl_estimator='k3'")
+        if isinstance(self.temperature, list):
+            refuse("temperature", "TRL samples every completion at one temperature; give a single number")
+        micro = self.micro_batch_size or self.batch_size
+        if micro < self.batch_size and (self.loss_type == "bnpo" or self.entropy_coef != 0):
+            what = "loss_type='bnpo'" if self.loss_type == "bnpo" else f"entropy_coef={self.entropy_coef}"
+            refuse("micro_batch_size", f"with {self.batch_size // micro} micro-batches, {what} averages over each "
+                                       f"micro-batch's tokens and TRL shuffles rows across micro-batches, so the "
+                                       f"objective would differ; use micro_batch_size=None (one micro-batch) or "
+                                       f"loss_type='dapo' with entropy_coef=0")
+        accumulation = self.batch_size // micro
+        if self.lr_schedule == "cosine":
+            schedule = "cosine"
+        else:
+            schedule = "constant_with_warmup" if self.warmup_steps else "constant"
         return {
             "multi_objective_aggregation": "normalize_then_sum" if self.advantage_estimator == "normalize_then_sum"
             else "sum_then_normalize",
             "num_generations": self.num_generations,
             "max_completion_length": self.max_completion_length,
-            "temperature": self.temperature if not isinstance(self.temperature, list) else self.temperature[0],
+            "temperature": self.temperature, "top_k": 0, "top_p": 1.0,
             "scale_rewards": self.scale_rewards, "loss_type": self.loss_type, "beta": self.beta,
+            "use_bias_correction_kl": False,
             "epsilon": self.epsilon, "epsilon_high": self.epsilon_high, "delta": self.delta,
             "importance_sampling_level": self.importance_sampling_level,
             "num_iterations": self.num_iterations,
             "mask_truncated_completions": self.mask_truncated_completions, "entropy_coef": self.entropy_coef,
             "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
-            "lr_scheduler_type": "constant" if self.lr_schedule == "constant" else "cosine",
-            "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,
-            "max_steps": self.steps, "seed": self.seed, "reward_weights": self.reward_weights,
-            "per_device_train_batch_size": self.micro_batch_size or self.batch_size,
-            "gradient_accumulation_steps": self.batch_size // (self.micro_batch_size or self.batch_size),
-            "bf16": self.bf16 and self.device != "cpu",
-            "top_k": 0, "top_p": 1.0,
+            "optim": "adamw_torch", "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
+            "lr_scheduler_type": schedule, "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,
+            "max_steps": self.steps * self.num_iterations, "seed": self.seed, "reward_weights": self.reward_weights,
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": accumulation, "steps_per_generation": accumulation,
+            "activation_checkpointing": self.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
+            "bf16": self.bf16 and self._cuda(), "use_cpu": not self._cuda(),
         }

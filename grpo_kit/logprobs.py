@@ -12,7 +12,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     float32 logits: gather minus logsumexp, with no (B, T, V) log-softmax copy. Lower
     precision: one row at a time in float32, so the full-vocab float32 copy is one row.
     """
-    if logits.dtype == torch.float32:
+    if logits.dtype in (torch.float32, torch.float64):  # float64: tests that compare with TRL
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
         return picked - torch.logsumexp(logits, dim=-1)  # (B, T)
     rows = [torch.log_softmax(l.float(), -1).gather(-1, t.unsqueeze(-1)).squeeze(-1)
@@ -34,7 +34,7 @@ def entropy_from_logits(logits: torch.Tensor, chunk_elements: int = ENTROPY_CHUN
     rows = max(1, chunk_elements // max(T * V, 1))
     out = []
     for l in logits.split(rows):  # (b, T, V) with b <= rows
-        logp = torch.log_softmax(l.float(), -1)  # (b, T, V)
+        logp = torch.log_softmax(l if l.dtype == torch.float64 else l.float(), -1)  # (b, T, V)
         out.append(-(logp.exp() * logp).sum(-1))  # (b, T)
     return torch.cat(out)  # (B, T)
 

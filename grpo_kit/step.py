@@ -28,6 +28,11 @@ def autocast_for(device: torch.device, bf16: bool):
     return nullcontext()
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16/fp32 -> float32; float64 stays float64 (tests compare with TRL in float64)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def micro_slices(B: int, micro: int | None) -> list[slice]:
     micro = micro or B
     return [slice(i, min(i + micro, B)) for i in range(0, B, micro)]
@@ -55,7 +60,7 @@ def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: 
             lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                         rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s],
                                         group_size=shared_group(s, rollouts.num_generations, share_prompt))
-        out.append(lp.float())
+        out.append(at_least_fp32(lp))
     return torch.cat(out)  # (B, Tc)
 
 
@@ -70,7 +75,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     device = next(policy.parameters()).device
     ctx = autocast_for(device, cfg.bf16)
     B = rollouts.completion_ids.shape[0]
-    adv = advantages.reshape(B).to(device=device, dtype=torch.float32)  # (B,)
+    adv = at_least_fp32(advantages.reshape(B).to(device))  # (B,)
     mask = loss_mask(rollouts, cfg.mask_truncated_completions)  # (B, Tc)
     if sample_mask is not None:
         mask = mask * sample_mask.reshape(B, 1).to(device=mask.device, dtype=mask.dtype)  # (B, Tc)
@@ -92,7 +97,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
     skipped, grad_norm = 0, 0.0
     policy.train()
+    lr = optimizer.param_groups[0]["lr"]  # the rate of this step's first update
     for it in range(cfg.num_iterations):
+        if it and scheduler is not None:
+            scheduler.step()  # the schedule advances once per optimizer update, as TRL's does
         if nothing_to_learn:
             skipped += 1
             continue
@@ -106,7 +114,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
                                                 entropy_grad=cfg.entropy_coef != 0,
                                                 group_size=shared_group(s, rollouts.num_generations, share))
-            logp = logp.float()  # (b, Tc)
+            logp = at_least_fp32(logp)  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             per_token, info = grpo_per_token_loss(
                 logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
@@ -115,7 +123,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
                              num_micro_batches=len(slices), batch_tokens=batch_tokens)
             if cfg.entropy_coef != 0:
-                loss = loss - entropy_bonus(ent.float(), m, cfg.entropy_coef, len(slices))
+                loss = loss - entropy_bonus(at_least_fp32(ent), m, cfg.entropy_coef, len(slices))
             loss.backward()
             step_loss += loss.item()
             mf = m.float()
@@ -135,7 +143,6 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             continue
         optimizer.step()
         sums["loss"] += step_loss
-    lr = optimizer.param_groups[0]["lr"]
     if scheduler is not None:
         scheduler.step()
     ntok = max(batch_tokens.item(), 1.0)

@@ -70,11 +70,21 @@ def pick_device(name: str) -> torch.device:
 
 
 def lr_lambda(cfg: GRPOConfig):
-    def f(step: int) -> float:
-        if cfg.warmup_steps and step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
+    """Learning-rate factor at optimizer update u (counted from 0; ``num_iterations`` updates per step).
+
+    transformers' ``get_cosine_schedule_with_warmup`` / ``get_constant_schedule_with_warmup``, which
+    TRL's trainer uses: u / warmup_steps during the warm-up, then 0.5 (1 + cos(pi t)) over the
+    remaining updates (cosine) or 1 (constant). The cosine is evaluated in float32, as it always
+    was here, so runs with ``num_iterations=1`` and no warm-up are unchanged; it differs from
+    transformers' float64 value by at most about 1e-7 of the rate.
+    """
+    total = cfg.steps * cfg.num_iterations
+
+    def f(update: int) -> float:
+        if update < cfg.warmup_steps:
+            return update / cfg.warmup_steps
         if cfg.lr_schedule == "cosine":
-            t = (step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1)
+            t = (update - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
             return 0.5 * (1 + torch.cos(torch.tensor(min(t, 1.0) * torch.pi)).item())
         return 1.0
     return f
