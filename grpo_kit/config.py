@@ -52,8 +52,12 @@ class GRPOConfig:
     """Built-in arithmetic task for prompts and the held-out split (see ``tasks.TASKS``)."""
     dataset: str | None = None
     """Optional jsonl of training items (kit rows or GSM8K rows); replaces the task's train split."""
-    reward_funcs: list[str] = field(default_factory=lambda: ["exact_answer"])
-    """Names from ``judges.REWARD_FUNCS``; callables can be passed to ``train()`` directly."""
+    reward_funcs: list = field(default_factory=lambda: ["exact_answer"])
+    """Reward functions, each a name from ``judges.REWARD_FUNCS``, an importable function
+    ``"package.module:function"`` (``"trl.rewards:think_format_reward"``), or a factory with arguments
+    ``{"function": "trl.rewards:get_soft_overlong_punishment", "args": {"max_completion_len": 8,
+    "soft_punish_cache": 4}}``; they get TRL's keyword arguments (see judges.py). Callables can be
+    passed to ``setup()`` directly."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
     seed: int = 0
@@ -201,8 +205,13 @@ class GRPOConfig:
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
-             and all((isinstance(f, str) and f != "") or callable(f) for f in self.reward_funcs), "reward_funcs",
-             "must be a non-empty list of reward function names (see judges.REWARD_FUNCS)")
+             and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
+             "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
+             "strings or {'function': ..., 'args': {...}} factories")
+        from .judges import resolve_reward_func
+
+        for f in self.reward_funcs:
+            resolve_reward_func(f)  # ConfigError naming the entry: unknown name, failed import, bad factory args
         need(self.reward_weights is None or (isinstance(self.reward_weights, list)
                                              and all(_is_num(w) for w in self.reward_weights)
                                              and len(self.reward_weights) == len(self.reward_funcs)),

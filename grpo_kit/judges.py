@@ -1,10 +1,18 @@
 """Judges: reward functions that score completions.
 
-A reward function has TRL's signature ``f(prompts, completions, **columns) -> list[float]``:
-``prompts`` and ``completions`` are lists of B strings and every extra dataset column arrives
-as a keyword argument holding a list of B values (``answer=[...]``). Any function written for
-TRL's ``GRPOTrainer(reward_funcs=...)`` works here and vice versa. Return ``None`` for a
-sample the function cannot score.
+A reward function has TRL's signature ``f(prompts, completions, **kwargs) -> list[float]`` and
+``train()`` calls it with the keyword arguments TRL 1.16's ``GRPOTrainer._calculate_rewards``
+passes: ``prompts`` and ``completions`` (B strings; for a conversational dataset, whose prompts
+are lists of ``{"role", "content"}`` messages, the prompt messages and ``[{"role": "assistant",
+"content": text}]``), ``completion_ids`` (B lists of token ids, EOS included), every dataset
+column but ``prompt`` as a list of B values (``answer=[...]``), ``trainer_state`` (a
+``transformers.TrainerState`` whose ``global_step`` and ``max_steps`` count optimizer updates),
+``log_extra(column, values)`` and ``log_metric(name, value)`` (see :class:`RewardLog`). So a
+function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL's shipped ones
+included (``tests/test_judges.py``), and vice versa. Return ``None`` for a sample the function
+cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
+``"package.module:function"``, or a factory with arguments as ``{"function":
+"trl.rewards:get_soft_overlong_punishment", "args": {...}}`` (see :func:`get_reward_funcs`).
 
 Reward functions only read text; they never execute it.
 
@@ -28,7 +36,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import RewardError
+from .errors import ConfigError, RewardError
 from .tasks import read_completion
 
 RewardFunc = Callable[..., list]
@@ -69,16 +77,111 @@ def format_reward(prompts: list[str], completions: list[str], **_) -> list[float
 REWARD_FUNCS: dict[str, RewardFunc] = {"exact_answer": exact_answer, "format": format_reward}
 
 
-def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
-    funcs = []
-    for n in names:
-        if callable(n):
-            funcs.append(n)
-        elif n in REWARD_FUNCS:
-            funcs.append(REWARD_FUNCS[n])
-        else:
-            raise RewardError(f"unknown reward function {n!r}: choose from {sorted(REWARD_FUNCS)} or pass a callable")
-    return funcs
+def _import(path: str):
+    """``"package.module:attr"`` -> the object; ConfigError naming what is missing."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"reward function {path!r}: write an importable one as 'package.module:function'")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"reward function {path!r}: cannot import {module!r} ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"reward function {path!r}: {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_reward_func(spec) -> RewardFunc:
+    """One ``reward_funcs`` entry -> a callable.
+
+    - a callable: itself;
+    - a name of ``REWARD_FUNCS`` (``"exact_answer"``);
+    - ``"package.module:function"``: that function, imported (``"trl.rewards:think_format_reward"``);
+    - ``{"function": "package.module:factory", "args": {...}}``: ``factory(**args)``, for reward
+      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``).
+    Raises :class:`ConfigError` naming the entry and what is wrong.
+    """
+    if callable(spec):
+        return spec
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"function", "args"})
+        if unknown or not isinstance(spec.get("function"), str) or not isinstance(spec.get("args", {}), dict):
+            raise ConfigError(f"reward function {spec!r}: write a factory as {{'function': 'package.module:factory', "
+                              f"'args': {{name: value}}}}" + (f" (unknown keys {unknown})" if unknown else ""))
+        factory = _import(spec["function"])
+        try:
+            f = factory(**spec.get("args", {}))
+        except TypeError as e:
+            raise ConfigError(f"reward function factory {spec['function']!r} rejected args {spec.get('args')}: {e}") from None
+    elif isinstance(spec, str) and spec in REWARD_FUNCS:
+        return _text_view(REWARD_FUNCS[spec])
+    elif isinstance(spec, str) and ":" in spec:
+        f = _import(spec)
+    else:
+        raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
+                          f"one as 'package.module:function', or pass a callable")
+    if not callable(f):
+        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
+    return f
+
+
+def _text_view(f: RewardFunc) -> RewardFunc:
+    """A shipped judge (which reads text) that also takes TRL's conversational format: message
+    lists are read as their last message's content; strings pass through."""
+    import functools
+
+    @functools.wraps(f)
+    def judge_text(prompts, completions, **kwargs):
+        return f(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
+
+    return judge_text
+
+
+def get_reward_funcs(names: Sequence) -> list[RewardFunc]:
+    """Every ``reward_funcs`` entry resolved (see :func:`resolve_reward_func`)."""
+    return [resolve_reward_func(n) for n in names]
+
+
+class RewardLog:
+    """Collects what reward functions log during one step through TRL's keyword arguments.
+
+    ``log_extra(column, values)`` adds a column of per-sample values (TRL shows them in its
+    completions table; here they land in the step's metrics under ``"log_extra"``);
+    ``log_metric(name, value)`` records a scalar, averaged over the step as TRL does and reported
+    as ``metrics[name]``.
+    """
+
+    def __init__(self):
+        self.extra: dict[str, list] = {}
+        self.metrics: dict[str, list[float]] = {}
+
+    def log_extra(self, column: str, values: list) -> None:
+        self.extra.setdefault(column, []).extend(values)
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.metrics.setdefault(name, []).append(float(value))
+
+    def averages(self) -> dict[str, float]:
+        return {name: sum(v) / len(v) for name, v in self.metrics.items()}
+
+
+def is_conversational(prompt) -> bool:
+    """TRL's test: a prompt given as a list of ``{"role", "content"}`` messages."""
+    return isinstance(prompt, list) and len(prompt) > 0 and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def trl_reward_kwargs(completion_ids: torch.Tensor, completion_mask: torch.Tensor, trainer_state,
+                      log: RewardLog) -> dict:
+    """The keyword arguments TRL passes to every reward function besides prompts, completions and
+    the dataset columns: ``completion_ids`` (B lists of ints: the tokens under the mask, EOS
+    included), ``trainer_state``, ``log_extra``, ``log_metric``."""
+    ids = [row[m.bool()].tolist() for row, m in zip(completion_ids.cpu(), completion_mask.cpu())]
+    return {"completion_ids": ids, "trainer_state": trainer_state, "log_extra": log.log_extra,
+            "log_metric": log.log_metric}
 
 
 def _name(f) -> str:
@@ -213,8 +316,13 @@ REWARD_ERROR_POLICIES = ("raise", "skip", "zero")
 
 
 def score_with_policy(funcs, prompts, completions, columns, weights=None, policy: str = "raise",
-                      timeout_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+                      timeout_s: float | None = None, trl_kwargs: dict | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
     """Rewards (B,), per-function rewards (B, K), bad samples (B,) bool and the reasons.
+
+    Every function is called with ``prompts``, ``completions``, the ``columns`` and ``trl_kwargs``
+    (the rest of what TRL passes, from :func:`trl_reward_kwargs`; they win over a column of the
+    same name, as in TRL).
 
     - ``raise`` (default): exactly :func:`score`; any bad value raises :class:`RewardError`.
     - ``skip``: a sample with any bad value, or that no function scored, is bad: its reward is
@@ -222,6 +330,7 @@ def score_with_policy(funcs, prompts, completions, columns, weights=None, policy
     - ``zero``: a bad value counts as 0 for that function (a sample no function scored gets 0);
       the sample trains normally and is still counted as bad.
     """
+    columns = {**columns, **(trl_kwargs or {})}
     per_func, bad, reasons = judge(funcs, prompts, completions, columns, policy, timeout_s)  # (B, K), (B, K)
     if policy == "raise":
         return combine(per_func, weights), per_func, bad.any(-1), reasons
@@ -263,7 +372,6 @@ def score_with_policy(funcs, prompts, completions, columns, weights=None, policy
 # ``from_trl``; scalar ensembles ``ensemble_reward`` and ``agreement``. Pairwise judges and
 # preference matrices live in ``preferences.py``.
 
-from .errors import ConfigError  # noqa: E402  (kept here so the import block above stays untouched)
 
 _MINUS = "\u2212"
 _NUM_CORE = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
@@ -610,12 +718,11 @@ def to_trl(judge: RewardFunc) -> RewardFunc:
 
 
 def from_trl(func: RewardFunc, tokenizer=None, conversational: bool = False) -> RewardFunc:
-    """A TRL reward function as a kit judge.
-
-    TRL passes ``completion_ids`` and ``trainer_state`` besides the text; the kit passes text and
-    columns only, so this adds ``completion_ids`` (tokenised with ``tokenizer``, when given) and
-    ``trainer_state=None``. With ``conversational=True`` completions are sent as
-    ``[{"role": "assistant", "content": text}]`` (what TRL's ``accuracy_reward`` reads).
+    """A TRL reward function as a judge to call outside ``train()`` (which already passes TRL's
+    keyword arguments, so it needs no adapter): on plain text and columns, this adds
+    ``completion_ids`` (tokenised with ``tokenizer``, when given) and ``trainer_state=None``. With
+    ``conversational=True`` completions are sent as ``[{"role": "assistant", "content": text}]``
+    (what TRL's ``accuracy_reward`` reads).
     """
     def kit_judge(prompts, completions, **columns):
         extra = {"trainer_state": None}

@@ -135,6 +135,20 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     return completion_ids, completion_mask_from_ids(completion_ids, eos_id)
 
 
+def render_prompt(tokenizer, prompt) -> str:
+    """A prompt as the text the model continues: a string as is; a conversation (a list of
+    ``{"role", "content"}`` messages, TRL's conversational format) through the tokenizer's chat
+    template with the generation prompt appended, as TRL renders it."""
+    if isinstance(prompt, str):
+        return prompt
+    if getattr(tokenizer, "chat_template", None) is None:
+        from .errors import DataError
+
+        raise DataError("conversational prompts (lists of {'role', 'content'} messages) need a tokenizer with a "
+                        "chat template, and this one has none; set tokenizer.chat_template or give text prompts")
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
 def encode_prompts(tokenizer, prompts: list[str], device):
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (B, Tp), (B, Tp)

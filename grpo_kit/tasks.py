@@ -205,9 +205,24 @@ def gsm8k_item(row: dict) -> dict:
     return {"prompt": question, "answer": final, "solution": solution.strip()}
 
 
+def _need_messages(row: dict, key: str) -> list:
+    """A conversation: a non-empty list of ``{"role": str, "content": str}`` messages (TRL's format)."""
+    msgs = row[key]
+    for i, m in enumerate(msgs):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise _RowProblem(f"field {key!r} message {i} must be {{'role': str, 'content': str}}, got {m!r:.60}")
+    if not msgs:
+        raise _RowProblem(f"field {key!r} is an empty conversation")
+    return msgs
+
+
 def kit_item(row: dict) -> dict:
-    """A kit row ``{"prompt", "answer": "42", ...extra columns}`` -> the same dict, checked."""
-    _need_str(row, "prompt")
+    """A kit row ``{"prompt", "answer": "42", ...extra columns}`` -> the same dict, checked. The
+    prompt is text, or a conversation (a list of ``{"role", "content"}`` messages, TRL's format)."""
+    if isinstance(row.get("prompt"), list):
+        _need_messages(row, "prompt")
+    else:
+        _need_str(row, "prompt")
     answer = _need_str(row, "answer").strip()
     if not _NUMBER.fullmatch(answer.replace(",", "")):
         raise _RowProblem(f"field 'answer' is not a number: {answer!r}")

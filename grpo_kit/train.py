@@ -32,9 +32,9 @@ from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, TrainingError
 from .inference import columns_of, greedy_accuracy
-from .judges import get_reward_funcs, score_with_policy
+from .judges import RewardLog, get_reward_funcs, is_conversational, score_with_policy, trl_reward_kwargs
 from .metrics import length_metrics, reward_metrics
-from .sampling import sample_groups
+from .sampling import render_prompt, sample_groups
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
@@ -123,11 +123,18 @@ def grpo_step(run: Run) -> dict:
     idx = torch.randint(len(run.train_items), (cfg.num_prompts,), generator=run.data_gen).tolist()
     items = [run.train_items[i] for i in idx]
     G = cfg.num_generations
-    rollouts = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], G,
-                             cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    rollouts = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
+                             G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    prompts, completions = rollouts.prompts, rollouts.completions
+    if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
+        prompts = [it["prompt"] for it in items for _ in range(G)]
+        completions = [[{"role": "assistant", "content": c}] for c in completions]
+    log = RewardLog()
     rewards, per_func, bad, reasons = score_with_policy(
-        run.reward_funcs, rollouts.prompts, rollouts.completions, columns_of(items, repeat=G), cfg.reward_weights,
-        cfg.reward_error_policy, cfg.reward_timeout_s)  # (B,), (B, K), (B,) bool
+        run.reward_funcs, prompts, completions, columns_of(items, repeat=G), cfg.reward_weights,
+        cfg.reward_error_policy, cfg.reward_timeout_s,
+        trl_kwargs=trl_reward_kwargs(rollouts.completion_ids, rollouts.completion_mask, trainer_state(run), log),
+    )  # (B,), (B, K), (B,) bool
     rewards, bad = rewards.view(cfg.num_prompts, G), bad.view(cfg.num_prompts, G)  # (P, G)
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
@@ -141,6 +148,9 @@ def grpo_step(run: Run) -> dict:
         log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
                     cfg.reward_error_policy, reasons[0])
     metrics["rewards/bad_samples"] = float(bad.sum())
+    metrics.update(log.averages())  # log_metric(name, value) from reward functions, averaged as TRL does
+    if log.extra:
+        metrics["log_extra"] = log.extra  # log_extra(column, values): per-sample columns
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
@@ -148,6 +158,17 @@ def grpo_step(run: Run) -> dict:
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
+
+
+def trainer_state(run: Run):
+    """The ``trainer_state`` TRL passes to reward functions: a ``transformers.TrainerState`` whose
+    ``global_step`` (updates done before this batch) and ``max_steps`` count optimizer updates,
+    ``num_iterations`` per kit step, as TRL's do."""
+    from transformers import TrainerState
+
+    cfg = run.cfg
+    return TrainerState(global_step=run.step * cfg.num_iterations, max_steps=cfg.steps * cfg.num_iterations,
+                        train_batch_size=cfg.micro_batch_size or cfg.batch_size)
 
 
 def evaluate(run: Run) -> float:
