@@ -86,8 +86,8 @@ def _import(path: str):
         raise ConfigError(f"reward function {path!r}: write an importable one as 'package.module:function'")
     try:
         obj = importlib.import_module(module)
-    except ImportError as e:
-        raise ConfigError(f"reward function {path!r}: cannot import {module!r} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - ImportError, or a bad name, or the module failing as it loads
+        raise ConfigError(f"reward function {path!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"reward function {path!r}: {module!r} has no attribute {attr!r}")

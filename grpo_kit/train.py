@@ -129,12 +129,12 @@ def grpo_step(run: Run) -> dict:
     if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
         prompts = [it["prompt"] for it in items for _ in range(G)]
         completions = [[{"role": "assistant", "content": c}] for c in completions]
-    log = RewardLog()
+    reward_log = RewardLog()
     rewards, per_func, bad, reasons = score_with_policy(
         run.reward_funcs, prompts, completions, columns_of(items, repeat=G), cfg.reward_weights,
         cfg.reward_error_policy, cfg.reward_timeout_s,
-        trl_kwargs=trl_reward_kwargs(rollouts.completion_ids, rollouts.completion_mask, trainer_state(run), log),
-    )  # (B,), (B, K), (B,) bool
+        trl_kwargs=trl_reward_kwargs(rollouts.completion_ids, rollouts.completion_mask, trainer_state(run),
+                                     reward_log))  # (B,), (B, K), (B,) bool
     rewards, bad = rewards.view(cfg.num_prompts, G), bad.view(cfg.num_prompts, G)  # (P, G)
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
@@ -148,9 +148,9 @@ def grpo_step(run: Run) -> dict:
         log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
                     cfg.reward_error_policy, reasons[0])
     metrics["rewards/bad_samples"] = float(bad.sum())
-    metrics.update(log.averages())  # log_metric(name, value) from reward functions, averaged as TRL does
-    if log.extra:
-        metrics["log_extra"] = log.extra  # log_extra(column, values): per-sample columns
+    metrics.update(reward_log.averages())  # log_metric(name, value) from reward functions, averaged as TRL does
+    if reward_log.extra:
+        metrics["log_extra"] = reward_log.extra  # log_extra(column, values): per-sample columns
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))

@@ -25,7 +25,6 @@ CASES = [
     (r"\boxed{-\frac{1}{2}}", -0.5),
     (r"\boxed{\frac{1}{\frac{1}{2}}}", 2),                 # nested fractions, innermost first
     (r"\boxed{\frac{x}{2}}", None),                        # a symbolic fraction is no number
-    (r"3\frac{1}{2}", 0.5),                                 # mixed numbers are not read as one
     (r"first \boxed{1} then \boxed{2}", 2),
     (r"\boxed{x = 5}", 5),
     (r"\boxed{1{,}000}", 1000),                             # LaTeX thousands separator
@@ -48,7 +47,6 @@ CASES = [
     ("it is 5.", 5),                                        # trailing period
     ("it is 5...", 5),
     ("1,234,567", 1234567),
-    ("1,23", 23),                                           # not a thousands group: two numbers
     ("5-3", 3),                                             # a minus glued to a number is an operator
     ("x=-3", -3),
     ("-0", 0),                                              # negative zero equals zero
@@ -61,15 +59,23 @@ CASES = [
     ("3/0", None),                                          # division by zero is no number
     ("7/2", 3.5),
     (r"-\frac34", -0.75),
-    ("version 1.2.3", 1.2),
     ("__import__('os').system('rm -rf /')", None),
     ("(-8)", -8),
     ("cost: $12", 12),
 ]
 
 
-def test_at_least_40_cases():
-    assert len(CASES) >= 40
+# Known limits of the parser (judges.py lists them): what a careful reader takes, which the parser
+# does not. Strict expected failures: the day one is fixed, its test says so.
+LIMITS = [
+    (r"3\frac{1}{2}", 3.5, "mixed numbers are read as two numbers (3 and 1/2), the last one wins"),
+    ("1 1/2", 1.5, "mixed numbers are read as two numbers (1 and 1/2), the last one wins"),
+    ("1,23", 1.23, "decimal commas are not supported: '1,23' is the two numbers 1 and 23"),
+    ("one hundred", 100, "numbers spelled in words are not read"),
+    ("the total is 1 000", 1000, "space thousands separators are not read: '1 000' is 1 and 0"),
+    (r"1.5 \times 10^{3}", 1500, r"LaTeX '\times 10^{3}' is not read: the last number, 3, wins"),
+    ("version 1.2.3", None, "a dotted version string has no answer, but the last-number fallback reads 1.2"),
+]
 
 
 @pytest.mark.parametrize("text,want", CASES)
@@ -79,6 +85,13 @@ def test_final_answer(text, want):
         assert got is None
     else:
         assert got is not None and math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), (text, got)
+
+
+@pytest.mark.parametrize("text,want,reason", LIMITS)
+def test_parser_limits(text, want, reason, request):
+    request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    got = final_answer(text)
+    assert (got is None) if want is None else (got is not None and math.isclose(got, want, rel_tol=1e-9)), got
 
 
 def test_extract_answer_names_its_source():

@@ -156,5 +156,10 @@ def test_degenerate_completions_are_judged_in_linear_time():
     for f in REWARD_FUNCS.values():
         f(prompts=[""] * len(texts), completions=texts, answer=["1"] * len(texts))
     assert time.perf_counter() - t0 < 10.0  # about 0.5 s here
-    # a chain longer than 9 numbers is not read as a step (the cap that keeps matching linear)
-    assert check_steps("1+1+1+1+1+1+1+1+1+1=10") == (0, 0) and check_steps("1+1+1+1+1+1+1+1+1=9") == (1, 0)
+    assert check_steps("1+1+1+1+1+1+1+1+1=9") == (1, 0)  # a chain of 9 numbers, the longest read as a step
+
+
+@pytest.mark.xfail(strict=True, reason="a chain longer than 9 numbers is not read as a step (the cap that keeps "
+                                       "matching linear)")
+def test_a_ten_number_chain_is_a_step():
+    assert check_steps("1+1+1+1+1+1+1+1+1+1=10") == (1, 0)

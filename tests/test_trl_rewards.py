@@ -38,17 +38,22 @@ def trls_keyword_arguments(tmp_path):
     trainer = trl.GRPOTrainer(model=policy, reward_funcs=[recorder(seen)], args=args, processing_class=tok,
                               train_dataset=Dataset.from_list([{"prompt": "12+34=", "answer": "46"}] * 2))
     trainer.train()
-    return seen[0]
+    return seen[0], trainer.state.log_history[-1]
 
 
 def test_kit_passes_the_keyword_arguments_trl_passes(tmp_path):
     torch.set_num_threads(1)
-    trl_kw = trls_keyword_arguments(tmp_path)
+    trl_kw, trl_logged = trls_keyword_arguments(tmp_path)
     seen = []
     run = setup(GRPOConfig(**TINY), reward_funcs=[recorder(seen)],
                 train_items=[{"prompt": "12+34=", "answer": "46"}])
-    grpo_step(run)
+    kit_metrics = grpo_step(run)
     kit_kw = seen[0]
+    # metrics.py says the kit logs under TRL's key names where TRL logs the same quantity: these are TRL's keys
+    shared = {"reward", "reward_std", "frac_reward_zero_std", "rewards/recording_reward/mean", "entropy",
+              "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "completions/mean_length",
+              "completions/min_length", "completions/max_length", "completions/clipped_ratio", "step_time"}
+    assert shared <= set(trl_logged) and shared <= set(kit_metrics)
     assert set(kit_kw) == set(trl_kw) == {"prompts", "completions", "completion_ids", "answer", "trainer_state",
                                           "log_extra", "log_metric"}
     B = 4

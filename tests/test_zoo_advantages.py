@@ -199,7 +199,7 @@ def test_config_validates_the_estimator_names():
     assert GRPOConfig(advantage_estimator="normalize_then_sum").to_trl()["multi_objective_aggregation"] == \
         "normalize_then_sum"
     assert GRPOConfig().to_trl()["multi_objective_aggregation"] == "sum_then_normalize"  # TRL's default
-    with pytest.raises(ConfigError, match="no TRL equivalent"):
+    with pytest.raises(ConfigError, match="TRL has no such estimator"):
         GRPOConfig(advantage_estimator="rloo").to_trl()
     with pytest.raises(ConfigError, match="entropy_coef"):
         GRPOConfig(entropy_coef=-0.1).validate()
@@ -281,10 +281,11 @@ def test_property_kmeans_buckets_centred_within_clusters(r, k):
         assert abs(adv[labels == c].sum().item()) < 1e-3 * (1 + adv.abs().max().item())
 
 
-def test_advantage_table_figure_and_sliders():
+def test_advantage_table_figure_and_sliders(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
+    import grpo_kit.plotting
     from grpo_kit.advantages import advantage_table
     from grpo_kit.plotting import plot_advantage_bars
     from grpo_kit.widgets import advantage_sliders
@@ -294,7 +295,18 @@ def test_advantage_table_figure_and_sliders():
     assert set(table) == {"group", "batch", "none", "rloo", "rank", "kmeans", "topk", "topk_minus_own_BROKEN_SIGN"}
     fig = plot_advantage_bars(r[0], {n: a[0] for n, a in table.items()})
     assert len(fig.axes[0].patches) == 3 * len(table)
+    drawn = []  # what each re-draw plotted: the rewards and every estimator's advantages
+
+    def recording_plot(rewards, advantages):
+        drawn.append((rewards.tolist(), {n: a.tolist() for n, a in advantages.items()}))
+        return plot_advantage_bars(rewards, advantages)
+
+    monkeypatch.setattr(grpo_kit.plotting, "plot_advantage_bars", recording_plot)
     panel = advantage_sliders([0.0, 0.5, 1.0])
     sliders = [s for box in panel.children[:2] for s in box.children]
-    assert len(sliders) == 3
-    sliders[0].value = 1.0  # the callback re-draws without raising
+    assert len(sliders) == 3 and len(drawn) == 1 and drawn[0][0] == [0.0, 0.5, 1.0]
+    sliders[0].value = 1.0  # moving a slider re-draws with the new rewards and their advantages
+    assert len(drawn) == 2 and drawn[1][0] == [1.0, 0.5, 1.0]
+    want = advantage_table(torch.tensor([[1.0, 0.5, 1.0]]))
+    assert drawn[1][1] == {n: a[0].tolist() for n, a in want.items()}
+    assert drawn[1][1]["none"] == pytest.approx([1 / 6, -1 / 3, 1 / 6])  # mean-centred by hand: mean 5/6
