@@ -3,8 +3,9 @@
 Field names follow TRL's ``GRPOConfig`` wherever TRL has the same knob (``num_generations``,
 ``beta``, ``epsilon``, ``epsilon_high``, ``delta``, ``loss_type``, ``scale_rewards``,
 ``importance_sampling_level``, ``max_completion_length``, ``temperature``, ``learning_rate``,
-``max_grad_norm``, ``num_iterations``, ``mask_truncated_completions``), with TRL's meaning, so
-that ``to_trl()`` is a plain copy. Defaults are tuned for the tiny model on a 2-core CPU.
+``max_grad_norm``, ``num_iterations``, ``mask_truncated_completions``), with TRL's meaning;
+``to_trl()`` maps the rest (a kit step is ``num_iterations`` TRL optimizer steps) and refuses what
+TRL cannot express. Defaults are tuned for the tiny model on a 2-core CPU.
 """
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ Given rollouts (B = P*G completions) and their advantages, one call does ``num_i
 optimizer updates. Each update walks the batch in micro-batches of ``micro_batch_size`` rows,
 back-propagates each micro-batch's share of the loss (gradient accumulation: the shares add
 up to the loss of the whole batch, see ``losses.aggregate``), clips the global gradient norm
-and steps. On CUDA the forward passes run under bf16 autocast; on CPU everything is float32.
+and steps; a learning-rate scheduler advances once per optimizer update. On CUDA the forward passes
+run under bf16 autocast; on CPU everything is float32 (a float64 model stays float64: the TRL
+parity tests run in float64).
 
 A non-finite loss or gradient norm skips the optimizer step (weights and optimizer state
 untouched) and reports ``skipped`` = the number of skipped updates; so does a batch whose

@@ -1,9 +1,13 @@
-"""Every TRL-named variant against an independent reference written here from the papers'
-formulas (plain Python loops over floats), on random inputs: agreement within 1e-6.
+"""The paper-formula reference: every variant against formulas written out in this file from the
+papers (plain Python loops over floats, no TRL code), on random inputs: agreement within 1e-6.
+
+This checks the kit's math against the papers. The check against TRL's own code (its
+``GRPOTrainer`` run on the same rollouts) is tests/test_trl_parity.py.
 
 References: DeepSeekMath eq. 3-4 (group z-score, clipped surrogate, k3 KL), Dr. GRPO (no std,
 constant normaliser), DAPO (clip-higher, token mean), GSPO (sequence ratio), INTELLECT-2
-(delta), TRL's multi_objective_aggregation (sum_then_normalize, normalize_then_sum / GDPO).
+(delta), GDPO and TRL's documentation of multi_objective_aggregation (sum_then_normalize,
+normalize_then_sum), with TRL's normaliser names for the aggregations.
 """
 import itertools
 import math
