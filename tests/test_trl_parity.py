@@ -44,14 +44,15 @@ from trl.trainer.utils import FusedCausalLMOutput
 
 from grpo_kit.advantages import estimate_advantages
 from grpo_kit.config import GRPOConfig
-from grpo_kit.sampling import Rollouts
+from grpo_kit.sampling import Rollouts, encode_prompts
 from grpo_kit.step import train_step
 from grpo_kit.tiny import build_tokenizer
 from grpo_kit.train import lr_lambda
 
 P, G, L = 3, 4, 5  # prompts, group size, max completion length; B = 12
 B = P * G
-PROMPTS = ["12+34=", "56+7=?", "8+90=?"]  # same token length: no left padding (see test_left_padding_note)
+PROMPTS = ["12+34=", "5+7=", "8+90=?"]  # different lengths: left padding (TRL passes no position ids; RoPE
+#                                         depends on relative positions only, so both sides agree)
 LR = 3.0
 
 
@@ -241,14 +242,14 @@ def kit_rollouts(tok, comps, prompt_order, perm=None):
     for p in dict.fromkeys(prompts):
         rows += [(p, ids) for ids in comps[p]]
     assert [p for p, _ in rows] == prompts, "TRL's batch comes in groups of G rows of one prompt"
-    pid = torch.tensor([tok(p)["input_ids"] for p, _ in rows])  # (B, Tp) no padding: equal lengths
+    pid, pmask = encode_prompts(tok, [p for p, _ in rows], "cpu")  # (B, Tp) left-padded, as TRL pads them
     cid = torch.full((B, L), tok.pad_token_id)
     cmask = torch.zeros(B, L, dtype=torch.long)
     for i, (_, ids) in enumerate(rows):
         cid[i, :len(ids)] = torch.tensor(ids)
         cmask[i, :len(ids)] = 1
     truncated = torch.tensor([ids[-1] != tok.eos_token_id for _, ids in rows])
-    r = Rollouts(pid, torch.ones_like(pid), cid, cmask, truncated, [p for p, _ in rows],
+    r = Rollouts(pid, pmask, cid, cmask, truncated, [p for p, _ in rows],
                  tok.batch_decode([ids for _, ids in rows], skip_special_tokens=True), G)
     if perm is not None:
         r = Rollouts(r.prompt_ids[perm], r.prompt_mask[perm], r.completion_ids[perm], r.completion_mask[perm],
