@@ -303,6 +303,7 @@ def compare(case, tok, tmp_path, monkeypatch, dtype, exact=True, tol=1e-6):
     trl_seen = run_trl(cfg, tok, model, comps, rewards, tmp_path / "trl", dtype, monkeypatch, exact)
     batch = trl_seen["batches"][0]
     order = trl_seen["prompts"][0]
+    assert len(trl_seen["perms"]) == 1  # TRL shuffled the generated batch once, and reused it for every update
     perm = trl_seen["perms"][0] if partition_matters(cfg) else None
     adv, metrics, kit_grads, rollouts = run_kit(cfg, tok, kit_model, ref, comps, rewards, order, perm)
 
