@@ -111,11 +111,11 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                 raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
                                  f"pass a larger --steps to continue it")
         atomic_write_text(out / "config.yaml", cfg.to_yaml())  # only once the resume is accepted
-        bar = tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5, initial=run.step)
-        for m in train(cfg, run, out_dir=out):
-            bar.update(1)
-            bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
-        bar.close()
+        with tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5,
+                  initial=run.step) as bar:  # closed (its line ended) before an error is printed
+            for m in train(cfg, run, out_dir=out):
+                bar.update(1)
+                bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
         wall = time.time() - t0
         write_history(run.history, out / "history.jsonl")
         title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}"
