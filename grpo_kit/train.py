@@ -109,15 +109,20 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate,
                             weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    # prompts from a file or from the caller are checked against the model (context, vocabulary);
+    # the built-in tasks' prompts are a few characters of the tokenizer's own alphabet
+    given = train_items is not None or cfg.dataset is not None
     if train_items is None:
         train_items = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+    if given:
+        check_columns(train_items, cfg.dataset or "train_items")
+        train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
+                                    cfg.dataset or "train_items")
     if eval_items is None:
         eval_items = heldout_split(cfg.task)[:cfg.eval_size]
-    check_columns(train_items, cfg.dataset or "train_items")
-    train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
-                                cfg.dataset or "train_items")
-    eval_items = check_prompts(policy, tokenizer, eval_items, cfg.max_completion_length, cfg.truncate_prompts,
-                               "eval_items")
+    else:
+        eval_items = check_prompts(policy, tokenizer, eval_items, cfg.max_completion_length, cfg.truncate_prompts,
+                                   "eval_items")
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
     return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
                torch.Generator().manual_seed(cfg.seed), torch.Generator(device).manual_seed(cfg.seed + 1))
