@@ -320,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a path the user gave cannot be read or written
         if debug:
             raise
-        print(f"grpo-kit: error: {str(e.strerror or e)[:300]}{f': {e.filename}' if e.filename else ''}",
-              file=sys.stderr)
+        name = f": {str(e.filename)[:200]}{'...' if len(str(e.filename)) > 200 else ''}" if e.filename else ""
+        print(f"grpo-kit: error: {str(e.strerror or e)[:300]}{name}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("grpo-kit: interrupted", file=sys.stderr)

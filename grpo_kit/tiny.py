@@ -154,7 +154,7 @@ def shipped_path(name: str = "tiny") -> Path:
     return SHIPPED if name == "tiny" else SHIPPED.parent / name
 
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub ids: 96 a part
 
 
 def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path | str:
@@ -169,7 +169,11 @@ def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path 
     text = str(name_or_path)
     local = Path(os.path.expanduser(text))
     shipped = shipped_path(text) if (text == "tiny" or text.startswith("tiny-")) else None
-    if text.strip() and local.exists():
+    try:
+        on_disk = bool(text.strip()) and local.exists()
+    except OSError:  # a name too long for the file system, or unreadable: not a folder here
+        on_disk = False
+    if on_disk:
         if warn and shipped is not None and shipped.is_dir() and local.resolve() != shipped.resolve():
             log.warning("the local folder %s shadows the shipped model %r; loading the local folder "
                         "(rename it, or run from another folder, to load the shipped one)", local.resolve(), text)
@@ -180,7 +184,7 @@ def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path 
             raise CheckpointError(f"{text!r} is not a shipped model or a local folder; shipped: {names}")
         return shipped
     if text.startswith(("/", ".", "~")) or text.count("/") > 1 or not _HUB_ID.fullmatch(text):
-        raise CheckpointError(f"{text[:200]}: no such model folder; pass a folder written by save_pretrained, "
+        raise CheckpointError(f"{text[:200]}{'...' if len(text) > 200 else ''}: no such model folder; pass a folder written by save_pretrained, "
                               f"a Hugging Face hub name (owner/name) or 'tiny'")
     return text
 
@@ -244,7 +248,7 @@ def load_model(name_or_path: str | Path = "tiny", device: str | torch.device = "
             raise CheckpointError(f"cannot load model {quote(str(path))}: the Hugging Face hub cannot be reached "
                                   f"(offline) and the model is not in the local cache; pass a local folder, or "
                                   f"download it first on a machine with network (huggingface-cli download "
-                                  f"{path})") from e
+                                  f"{str(path)[:200]})") from e
         raise CheckpointError(f"cannot load model {quote(str(path))}: {type(e).__name__}: {_first_line(e)}") from e
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
