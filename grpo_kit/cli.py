@@ -99,8 +99,8 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
     from .train import resume_run, setup, train, write_history
 
     out = check_path(out, "--out")
-    if resume and not out.is_dir():
-        check_out_folder(out, resume=True)  # raises: nothing to resume, before a lock makes the folder
+    if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
+        check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
     with RunLock(out):
         check_out_folder(out, resume, overwrite)
         t0 = time.time()
@@ -231,6 +231,9 @@ def cmd_export(args) -> int:
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise UsageError(f"{args.run}: no checkpoints/latest; pass the --out folder of a finished run")
+    here, there = run_dir.resolve(), dest.resolve()
+    if here == there or here in there.parents or there in here.parents:
+        raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"--to {dest} is a file; choose a folder")
     if dest.is_dir() and any(dest.iterdir()) and not args.overwrite:

@@ -35,7 +35,7 @@ def quote(value, limit: int = 200) -> str:
 def check_path(path, what: str) -> Path:
     """``path`` as a Path, or a :class:`RunFolderError` when it is empty or the file system cannot encode it."""
     if path is None or str(path).strip() == "":
-        raise RunFolderError(f"{what} is empty; give a folder name such as runs/mine")
+        raise RunFolderError(f"{what} is empty; give a path")
     try:
         os.fsencode(str(path))
     except UnicodeEncodeError as e:
@@ -144,7 +144,8 @@ class RunLock:
                 if pid is not None and pid != os.getpid() and _alive(pid):
                     raise RunFolderError(f"{self.out} is in use by process {pid} (lock file {self.path}); wait for "
                                          f"it to finish or stop it, or choose another --out")
-                log.warning("%s: taking over the lock of process %s, which is gone", self.out, pid)
+                log.warning("%s: taking over the lock of process %s, which is gone", self.out, pid) if pid is not None \
+                    else log.warning("%s: taking over an unreadable lock file %s", self.out, self.path)
                 self.path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as f:

@@ -201,6 +201,19 @@ def test_resume_compares_the_dataset_by_content_not_by_path(tmp_path, small_cfg)
         list(train(cfg3, setup(cfg3), out_dir=tmp_path / "run", resume=True))
 
 
+def test_resume_compares_the_model_by_content_not_by_path(tmp_path, small_cfg):
+    from grpo_kit.tiny import SHIPPED
+
+    shutil.copytree(SHIPPED, tmp_path / "m1")
+    cfg = small_cfg.replace(steps=1, model=str(tmp_path / "m1"))
+    list(train(cfg, setup(cfg), out_dir=tmp_path / "run"))
+    (tmp_path / "m1").rename(tmp_path / "m2")
+    moved = cfg.replace(steps=2, model=str(tmp_path / "m2"))
+    run = setup(moved)
+    list(train(moved, run, out_dir=tmp_path / "run", resume=True))
+    assert run.step == 2
+
+
 def test_the_library_refuses_a_new_run_over_an_old_one_and_a_resume_of_nothing(tmp_path, small_cfg):
     cfg = small_cfg.replace(steps=1)
     list(train(cfg, setup(cfg), out_dir=tmp_path / "run"))
@@ -222,6 +235,13 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it(cli_run, ca
     assert code == 0, err
     assert (dest / "model.safetensors").is_file() and not (dest / "mine.txt").exists()
     assert (dest / "grpo_config.yaml").read_text() == (cli_run / "run" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("to", ["run", "run/checkpoints", "."])
+def test_export_never_replaces_the_run_it_exports(cli_run, capsys, to):
+    before = _snapshot(cli_run / "run")
+    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", cli_run / to, "--overwrite")
+    assert code == 2 and "overlaps the run folder" in err and _snapshot(cli_run / "run") == before
 
 
 def test_export_is_atomic(cli_run, capsys, monkeypatch):
@@ -299,8 +319,17 @@ def test_a_run_that_dies_part_way_keeps_the_history_of_its_finished_steps(tmp_pa
 
 # ---------------------------------------------------------------- paths
 
-@pytest.mark.parametrize("out,message", [("", "--out is empty"), ("run\ud800", "cannot be encoded")])
+@pytest.mark.parametrize("out,message", [("", "--out is empty"), ("run\ud800", "cannot be encoded"),
+                                         ("c.yaml", "is a file, not a folder")])
 def test_bad_output_paths_are_one_line(tmp_path, capsys, out, message):
     (tmp_path / "c.yaml").write_text(BASE)
-    code, _, err = _cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", out)
+    code, _, err = _cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", tmp_path / out if out else out)
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert (tmp_path / "c.yaml").read_text() == BASE
+
+
+def test_resume_and_overwrite_together_are_refused(cli_run, capsys):
+    before = _snapshot(cli_run / "run")
+    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+                        "--overwrite")
+    assert code == 2 and "pass one of them" in err and _snapshot(cli_run / "run") == before
