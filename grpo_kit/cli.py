@@ -212,6 +212,9 @@ def cmd_eval(args) -> int:
         raise UsageError("--batch-size must be at least 1")
     model, tok = load_model(args.model)
     items = load_items(args.dataset) if args.dataset else heldout_split(args.task)
+    if args.dataset:
+        from .inference import check_prompts, max_answer_tokens
+        items = check_prompts(model, tok, items, max_answer_tokens(items), where=args.dataset)
     acc = greedy_accuracy(model, tok, items, batch_size=args.batch_size)
     result = {"items": len(items), "greedy_accuracy": acc}
     if args.samples:

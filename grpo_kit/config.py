@@ -326,6 +326,14 @@ class GRPOConfig:
             if node is not None and _yaml_size(node, {}) > MAX_YAML_NODES:
                 raise ConfigError(f"config {source} expands to more than {MAX_YAML_NODES} values (through YAML "
                                   f"aliases); a config is a mapping of a few dozen fields: write them out")
+            if isinstance(node, yaml.MappingNode):  # YAML keeps the last of two equal keys without a word
+                first: dict = {}
+                for key, _ in node.value:
+                    if isinstance(key, yaml.ScalarNode) and key.value in first:
+                        raise ConfigError(f"config {source} sets {key.value[:60]!r} twice (lines "
+                                          f"{first[key.value]} and {key.start_mark.line + 1}); keep one")
+                    if isinstance(key, yaml.ScalarNode):
+                        first[key.value] = key.start_mark.line + 1
             d = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
@@ -376,13 +384,21 @@ def _float_fields() -> set[str]:
     return {f.name for f in dataclasses.fields(GRPOConfig) if "float" in str(f.type)}
 
 
+_INT_EXP_TEXT = __import__("re").compile(r"\+?\d+(\.\d*)?[eE]\+?\d+")
+
+
 def _numbers_from_text(d: dict) -> dict:
     """YAML 1.1 reads ``3e-4`` (no dot) as the string '3e-4': read such strings as numbers for the
-    float fields. Whole-number fields and booleans stay strict (``"false"`` is not a bool)."""
+    float fields, and ``1e3`` as 1000 for the whole-number fields. Other strings stay strict
+    (``"4"`` in quotes is text, ``"false"`` is not a bool)."""
     floats = _float_fields()
+    ints = {f.name for f in dataclasses.fields(GRPOConfig) if str(f.type).startswith("int")}
     out = dict(d)
     for k, v in d.items():
-        if k in floats and isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
+        if k in ints and isinstance(v, str) and _INT_EXP_TEXT.fullmatch(v.strip()) and float(v).is_integer() \
+                and float(v) < 2**63:
+            out[k] = int(float(v))
+        elif k in floats and isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
             out[k] = float(v)
         elif k in floats and isinstance(v, list):
             out[k] = [float(x) if isinstance(x, str) and _FLOAT_TEXT.fullmatch(x.strip()) else x for x in v]

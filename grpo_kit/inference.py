@@ -32,7 +32,7 @@ def check_columns(items: list[dict], where: str = "items", positions: list | Non
         if missing:
             shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
             raise DataError(f"{where}: column {k!r} is missing in {len(missing)} of {len(items)} rows "
-                            f"({'lines' if positions else 'items'} {shown}); every row needs the same columns "
+                            f"({'line' if positions else 'item'}{'s' if len(missing) > 1 else ''} {shown}); every row needs the same columns "
                             f"(write null for a missing value) so that every row is scored the same way")
     return list(keys)
 

@@ -36,7 +36,7 @@ def _jsonl(path, rows):
 
 def test_columns_are_built_per_item_and_a_missing_one_names_the_items():
     items = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4", "reverse_digits": False}]
-    with pytest.raises(DataError, match=r"column 'reverse_digits' is missing in 1 of 2 rows \(items 1\)"):
+    with pytest.raises(DataError, match=r"column 'reverse_digits' is missing in 1 of 2 rows \(item 1\)"):
         columns_of(items)
     same = [{"prompt": "1+1=", "answer": "2", "x": None}, {"prompt": "2+2=", "answer": "4", "x": 1}]
     assert columns_of(same, repeat=2) == {"answer": ["2", "2", "4", "4"], "x": [None, None, 1, 1]}
@@ -187,6 +187,14 @@ def test_yaml_floats_without_a_dot_are_numbers_and_string_bools_are_errors():
         GRPOConfig.from_yaml_text('bf16: "false"\n')
     with pytest.raises(ConfigError, match="GRPOConfig.learning_rate='fast'"):
         GRPOConfig.from_yaml_text("learning_rate: fast\n")
+
+
+def test_yaml_whole_numbers_with_an_exponent_and_keys_set_twice():
+    assert GRPOConfig.from_yaml_text("steps: 1e3\n").steps == 1000
+    with pytest.raises(ConfigError, match="GRPOConfig.num_generations='4'"):  # quoted: text, as before
+        GRPOConfig.from_yaml_text("num_generations: '4'\n")
+    with pytest.raises(ConfigError, match=r"sets 'steps' twice \(lines 1 and 3\)"):
+        GRPOConfig.from_yaml_text("steps: 1\nbeta: 0.0\nsteps: 2\n")
 
 
 def test_a_yaml_alias_bomb_is_refused_quickly():
