@@ -157,8 +157,8 @@ def _read_lines(path: Path) -> list[str]:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a folder; pass a .jsonl file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file ({e})") from None
+    except (OSError, ValueError) as e:  # also UnicodeDecodeError, and a path the file system cannot encode
+        raise DataError(f"{str(path)[:200]!r}: cannot read the file ({str(e)[:200]})") from None
 
 
 def _parse_row(line: str) -> dict:

@@ -171,7 +171,7 @@ def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path 
     shipped = shipped_path(text) if (text == "tiny" or text.startswith("tiny-")) else None
     try:
         on_disk = bool(text.strip()) and local.exists()
-    except OSError:  # a name too long for the file system, or unreadable: not a folder here
+    except (OSError, ValueError):  # too long, unencodable or with a NUL for the file system: not a folder here
         on_disk = False
     if on_disk:
         if warn and shipped is not None and shipped.is_dir() and local.resolve() != shipped.resolve():

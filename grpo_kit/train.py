@@ -179,8 +179,9 @@ class StopOnSignals:
     during a step or its evaluation ends the run after that step; one that arrives during a
     checkpoint write or in the caller's loop body ends it before the next step. SIGTERM (a
     container stop, a batch queue's preemption) and SIGHUP (a closed ssh session) are treated
-    as Ctrl-C. Installed only in the main thread (``signal`` allows nothing else); the previous
-    handlers are restored on exit.
+    as Ctrl-C. A signal the process ignores (``nohup`` ignores SIGHUP) stays ignored. Installed
+    only in the main thread (``signal`` allows nothing else); the previous handlers are restored
+    on exit.
     """
 
     def __init__(self):
@@ -189,7 +190,10 @@ class StopOnSignals:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
-                self.previous[sig] = signal.getsignal(sig)
+                prev = signal.getsignal(sig)
+                if prev == signal.SIG_IGN:  # nohup (SIGHUP) or a background job (SIGINT): leave it ignored
+                    continue
+                self.previous[sig] = prev
                 signal.signal(sig, self._handle)
             self.active = True
         return self

@@ -106,3 +106,18 @@ def test_sigterm_to_a_training_process_finishes_the_step_and_exits_130(tmp_path)
     assert latest_checkpoint(tmp_path / "run").name == "step-000002"
     assert len((tmp_path / "run" / "history.jsonl").read_text().splitlines()) == 2
     assert not (tmp_path / "run" / ".grpo-kit.lock").exists()
+
+
+def test_a_signal_the_process_ignores_stays_ignored():
+    from grpo_kit.train import StopOnSignals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with StopOnSignals() as stop:
+            _signal_self(signal.SIGHUP)
+            assert not stop.requested
+            _signal_self(signal.SIGTERM)
+            assert stop.requested and stop.signal_name == "SIGTERM"
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
