@@ -322,7 +322,7 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
             run.stopped_by = signals.signal_name if signals.requested else "should_stop"
         run.history.append(metrics)
         if out_dir is not None:
-            append_line(out_dir / "history.jsonl", json.dumps(metrics))
+            append_line(out_dir / "history.jsonl", _json_line(metrics))
         skips = _skipped_steps(run.history, cfg.num_iterations)
         if cfg.max_consecutive_skips and skips >= cfg.max_consecutive_skips:
             raise _too_many_skips(run, out_dir)
@@ -548,6 +548,19 @@ def _follow_schedule(run: Run) -> None:
     sched._last_lr = [g["lr"] for g in run.optimizer.param_groups]
 
 
+def _plain(v):
+    """A tensor or numpy value as a Python number or list (for json); anything else as its str."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if hasattr(v, "item"):
+        return v.item()
+    return str(v)
+
+
+def _json_line(m: dict) -> str:
+    return json.dumps(m, default=_plain)
+
+
 def write_history(history: list[dict], path: str | Path) -> None:
     """All of ``history`` as jsonl, atomically (the old file stays whole until the new one is complete)."""
-    atomic_write_text(path, "".join(json.dumps(m) + "\n" for m in history))
+    atomic_write_text(path, "".join(_json_line(m) + "\n" for m in history))
