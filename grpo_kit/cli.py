@@ -31,7 +31,7 @@ def _show_warnings() -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage dump
-        raise UsageError(f"{message} (see 'grpo-kit {self.prog.split()[-1]} --help')")
+        raise UsageError(f"{message[:300]} (see '{self.prog} --help')")
 
 
 def _positive_int(s: str) -> int:
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="GRPO on the shipped tiny model: before/after accuracy, plots")
     d.add_argument("--seed", type=_positive_int, default=0)
     d.add_argument("--steps", type=_positive_int, default=None, help="GRPO steps (default: the config's)")
-    d.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    d.add_argument("--out", default=None, help="output folder (default runs/demo, replaced on each demo)")
+    d.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     t = sub.add_parser("train", help="GRPO from a YAML config")
     t.add_argument("--config", required=True)
     t.add_argument("--model")
@@ -59,14 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=_positive_int)
     t.add_argument("--out", default="runs/train")
     t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    t.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
     e = sub.add_parser("eval", help="greedy accuracy and pass@k of a model on a dataset")
     e.add_argument("--model", default="tiny")
     e.add_argument("--dataset", help="jsonl items (default: the task's held-out test split)")
     e.add_argument("--task", default="add2")
     e.add_argument("--samples", type=_positive_int, default=0, help="K sampled completions per item for pass@K")
+    e.add_argument("--batch-size", type=_positive_int, default=512,
+                   help="completions generated at once (lower it when memory is short; default 512)")
     x = sub.add_parser("export", help="copy a run's latest model to a folder any HF/vLLM loader reads")
     x.add_argument("--run", required=True)
     x.add_argument("--to", required=True)
+    x.add_argument("--overwrite", action="store_true", help="replace what is already in --to")
     g = sub.add_parser("pregen", help="sample K responses per prompt, judge every pair, write preference groups")
     g.add_argument("--model", default="tiny")
     g.add_argument("--task", default="add2")
@@ -81,34 +86,57 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False):
-    """Train with a progress bar; write history.jsonl, summary.json and plots into ``out``."""
+def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, overwrite: bool = False):
+    """Train with a progress bar; write history.jsonl, summary.json and plots into ``out``.
+
+    The folder is locked for the whole run; a new run needs an empty folder (or ``overwrite``),
+    ``resume`` a folder with a checkpoint, and a refused resume writes nothing.
+    """
     from tqdm.auto import tqdm
 
     from .plotting import plot_history, plotly_history
-    from .train import setup, train, write_history
+    from .runfolder import RunLock, atomic_write_text, check_out_folder, check_path
+    from .train import resume_run, setup, train, write_history
 
-    out.mkdir(parents=True, exist_ok=True)
-    cfg.to_yaml(out / "config.yaml")
-    t0 = time.time()
-    run = setup(cfg)
-    bar = tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5)
-    for m in train(cfg, run, out_dir=out, resume=resume):
-        if bar.n == 0 and run.step > 1:
-            bar.update(run.step - 1)
-        bar.update(1)
-        bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
-    bar.close()
-    wall = time.time() - t0
-    write_history(run.history, out / "history.jsonl")
-    title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}"
-    plot_history(run.history, run.evals, title, out / "curves.png")
-    plotly_history(run.history, run.evals, title, out / "curves.html")
-    summary = {"base_accuracy": run.evals[0][1], "final_accuracy": run.evals[-1][1], "steps": run.step,
-               "wall_seconds": round(wall, 1), "seed": cfg.seed, "evals": run.evals,
-               "config": cfg.to_dict()}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    out = check_path(out, "--out")
+    if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
+        check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
+    with RunLock(out):
+        check_out_folder(out, resume, overwrite)
+        t0 = time.time()
+        run = setup(cfg)
+        if resume:
+            resume_run(run, out)
+            if cfg.steps < run.step:
+                raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
+                                 f"pass a larger --steps to continue it")
+        atomic_write_text(out / "config.yaml", cfg.to_yaml())  # only once the resume is accepted
+        with tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5,
+                  initial=run.step) as bar:  # closed (its line ended) before an error is printed
+            for m in train(cfg, run, out_dir=out):
+                bar.update(1)
+                bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
+        wall = time.time() - t0
+        write_history(run.history, out / "history.jsonl")
+        title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}"
+        plot_history(run.history, run.evals, title, out / "curves.png")
+        plotly_history(run.history, run.evals, title, out / "curves.html")
+        summary = {"base_accuracy": run.evals[0][1], "final_accuracy": run.evals[-1][1], "steps": run.step,
+                   "wall_seconds": round(wall, 1), "seed": cfg.seed, "evals": run.evals,
+                   "stopped_by": run.stopped_by, "config": cfg.to_dict()}
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return run, summary
+
+
+def _written(out: Path) -> str:
+    """What a run folder holds, for the closing line (only what is really there)."""
+    names = ["summary.json", "history.jsonl", "curves.png", "curves.html", "config.yaml"]
+    have = [n for n in names if (out / n).is_file()]
+    if (out / "checkpoints" / "latest").is_file():
+        have.append(f"checkpoints/ (latest {(out / 'checkpoints' / 'latest').read_text().strip()})")
+    else:
+        have.append("no checkpoint (no step was trained)")
+    return f"{out}/: " + ", ".join(have)
 
 
 def cmd_demo(args) -> int:
@@ -120,13 +148,15 @@ def cmd_demo(args) -> int:
     cfg = GRPOConfig(seed=args.seed)
     if args.steps is not None:
         cfg = cfg.replace(steps=args.steps)
-    out = Path(args.out)
+    # the default folder is the demo's own: each demo replaces the last one (make demo is idempotent)
+    overwrite = args.overwrite or args.out is None
+    out = Path(args.out if args.out is not None else "runs/demo")
     base, tok = load_model(cfg.model)
     examples = heldout_split(cfg.task)[:8]
     _, before, _ = greedy_accuracy(base, tok, examples, return_completions=True)
     print(f"grpo-kit demo: GRPO on the shipped tiny model, task {cfg.task}, seed {cfg.seed}, {cfg.steps} steps "
           f"of {cfg.num_prompts} prompts x {cfg.num_generations} completions")
-    run, summary = run_training(cfg, out)
+    run, summary = run_training(cfg, out, overwrite=overwrite)
     if summary["steps"] < cfg.steps:
         return _stopped_early(summary, cfg, out)
     _, after, _ = greedy_accuracy(run.policy, run.tokenizer, examples, return_completions=True)
@@ -138,7 +168,7 @@ def cmd_demo(args) -> int:
           f"base {summary['base_accuracy']:.1%} -> after GRPO {summary['final_accuracy']:.1%} "
           f"({100 * (summary['final_accuracy'] - summary['base_accuracy']):+.1f} points) "
           f"in {summary['wall_seconds']:.0f} s")
-    print(f"  wrote {out}/summary.json, history.jsonl, curves.png, curves.html, checkpoints/")
+    print(f"  wrote {_written(out)}")
     return 0
 
 
@@ -149,18 +179,27 @@ def cmd_train(args) -> int:
     changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "steps": args.steps}.items()
                if v is not None}
     cfg = cfg.replace(**changes)
-    _, summary = run_training(cfg, Path(args.out), resume=args.resume)
+    _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
     if summary["steps"] < cfg.steps:
         return _stopped_early(summary, cfg, args.out)
     print(f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%} "
-          f"after {summary['steps']} steps; wrote {args.out}")
+          f"after {summary['steps']} steps; wrote {_written(Path(args.out))}")
     return 0
 
 
 def _stopped_early(summary: dict, cfg, out) -> int:
-    """A run that Ctrl-C ended after a step: say where it stopped and how to continue; exit 130."""
-    print(f"grpo-kit: stopped by Ctrl-C after step {summary['steps']} of {cfg.steps}; the checkpoint, "
-          f"history and plots are in {out}; continue with --resume --out {out}", file=sys.stderr)
+    """A run that Ctrl-C, SIGTERM or SIGHUP ended after a step: say where it stopped and how to continue; exit 130."""
+    why = summary.get("stopped_by") or "Ctrl-C"
+    if summary["steps"] == 0:
+        msg = (f"grpo-kit: stopped by {why} before the first step; nothing was trained; start again with "
+               f"--overwrite --out {out}")
+    else:
+        msg = (f"grpo-kit: stopped by {why} after step {summary['steps']} of {cfg.steps}; the checkpoint, "
+               f"history and plots are in {out}; continue with --resume --out {out}")
+    try:  # after SIGHUP the terminal may be gone
+        print(msg, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
     return 130
 
 
@@ -169,29 +208,60 @@ def cmd_eval(args) -> int:
     from .tasks import load_items, heldout_split
     from .tiny import load_model
 
+    if args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
     model, tok = load_model(args.model)
     items = load_items(args.dataset) if args.dataset else heldout_split(args.task)
-    acc = greedy_accuracy(model, tok, items)
+    if args.dataset:
+        from .inference import check_prompts, max_answer_tokens
+        items = check_prompts(model, tok, items, max_answer_tokens(items), where=args.dataset)
+    acc = greedy_accuracy(model, tok, items, batch_size=args.batch_size)
     result = {"items": len(items), "greedy_accuracy": acc}
     if args.samples:
-        result.update(pass_at_k_eval(model, tok, items, args.samples))
+        result.update(pass_at_k_eval(model, tok, items, args.samples, batch_size=args.batch_size))
     print(json.dumps(result))
     return 0
 
 
 def cmd_export(args) -> int:
+    """Copy the latest checkpoint's model into ``--to``: built in a temp folder, then renamed into place."""
+    import os
+
+    from .runfolder import check_path
     from .train import latest_checkpoint
 
-    ckpt = latest_checkpoint(args.run)
+    run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
+    ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise UsageError(f"{args.run}: no checkpoints/latest; pass the --out folder of a finished run")
-    dest = Path(args.to)
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in ckpt.iterdir():
-        if f.name != "trainer_state.pt":
-            shutil.copy2(f, dest / f.name)
-    if (Path(args.run) / "config.yaml").is_file():
-        shutil.copy2(Path(args.run) / "config.yaml", dest / "grpo_config.yaml")
+    here, there = run_dir.resolve(), dest.resolve()
+    if here == there or here in there.parents or there in here.parents:
+        raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"--to {dest} is a file; choose a folder")
+    if dest.is_dir() and any(dest.iterdir()) and not args.overwrite:
+        raise UsageError(f"--to {dest} is not empty; choose an empty or new folder, or pass --overwrite to replace it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.export-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for f in ckpt.iterdir():
+            if f.name != "trainer_state.pt":
+                shutil.copy2(f, tmp / f.name)
+        if (run_dir / "config.yaml").is_file():
+            shutil.copy2(run_dir / "config.yaml", tmp / "grpo_config.yaml")
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        from .runfolder import disk_full, is_disk_full
+        if is_disk_full(e):
+            raise disk_full(e, dest, "nothing was exported") from e
+        raise
     print(f"exported {ckpt} -> {dest} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
     return 0
 
@@ -235,13 +305,18 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars: noise for a one-file tiny model
     hf_logging.set_verbosity_error()
-    debug = "--debug" in argv
+    debug = "--debug" in argv  # anywhere on the line, before or after the command
+    argv = [a for a in argv if a != "--debug"]
     _show_warnings()
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base "
                              "(see grpo-kit --help)")
+        for name in ("out", "to", "config", "dataset", "model", "run"):
+            if isinstance(getattr(args, name, None), str):
+                from .runfolder import check_path
+                check_path(getattr(args, name), f"--{name}")
         return COMMANDS[args.command](args)
     except GRPOKitError as e:
         if debug:
@@ -251,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a path the user gave cannot be read or written
         if debug:
             raise
-        print(f"grpo-kit: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
+        name = f": {str(e.filename)[:200]}{'...' if len(str(e.filename)) > 200 else ''}" if e.filename else ""
+        print(f"grpo-kit: error: {str(e.strerror or e)[:300]}{name}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("grpo-kit: interrupted", file=sys.stderr)

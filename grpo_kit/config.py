@@ -28,11 +28,44 @@ def _is_num(v) -> bool:
 
 
 def _task_names() -> list[str]:
-    """Built-in generators and tasks that ship a held-out ``datasets/<task>_test.jsonl``."""
-    from .tasks import DATASETS_DIR, TASKS
+    """Built-in tasks that can be trained and evaluated (see ``tasks.task_names``)."""
+    from .tasks import task_names
 
-    shipped = {p.name[:-len("_test.jsonl")] for p in DATASETS_DIR.glob("*_test.jsonl")}
-    return sorted(set(TASKS) | shipped)
+    return task_names()
+
+
+def _show(value, limit: int = 200) -> str:
+    """A bounded repr: deep or huge values (a YAML alias bomb) are cut, never expanded in full."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxdict, r.maxtuple, r.maxset = 3, 8, 8, 8, 8
+    r.maxstring, r.maxother, r.maxlong = limit, limit, 60
+    text = r.repr(value)
+    return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+_FLOAT_TEXT = __import__("re").compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+MAX_YAML_NODES = 100_000
+"""A config is a few dozen values; a YAML document that expands (through aliases) past this many
+nodes is refused before it is built (a "billion laughs" file would take gigabytes)."""
+
+
+def _yaml_size(node, seen: dict) -> int:
+    """Nodes in the expanded document (aliases counted every time they are used), memoised per node."""
+    key = id(node)
+    if key in seen:
+        return seen[key]
+    seen[key] = 1  # a cycle counts once
+    value = node.value if isinstance(node.value, list) else []
+    n = 1
+    for child in value:
+        for part in (child if isinstance(child, tuple) else (child,)):
+            n += _yaml_size(part, seen)
+            if n > MAX_YAML_NODES:
+                break
+    seen[key] = n
+    return n
 
 
 # advantage estimators of ``advantages.ESTIMATORS`` that need an input ``train.grpo_step`` does not make
@@ -66,7 +99,11 @@ class GRPOConfig:
 
     # --- sampling (one step samples P prompts x G completions)
     steps: int = 500
-    """Number of GRPO updates."""
+    """Number of GRPO updates. Resuming with a larger ``steps`` extends a run: the learning-rate
+    schedule is recomputed over the new total, so from the resumed step on the rate is what a
+    run planned for the new total has there (a finished cosine run, which ended near 0, picks
+    up at the middle of the longer curve and decays to 0 again at the new end). The same
+    ``steps`` resumes bit-exactly."""
     num_prompts: int = 16
     """P: prompts per step."""
     num_generations: int = 8
@@ -169,6 +206,9 @@ class GRPOConfig:
     """Seconds a reward function may take per batch; None runs it inline without a limit (see judges.py)."""
     max_consecutive_skips: int = 5
     """Stop with a TrainingError after this many steps in a row whose update was skipped (0 = never stop)."""
+    truncate_prompts: bool = False
+    """A prompt longer than the model's context minus ``max_completion_length``: False raises a DataError
+    naming it; True keeps its last tokens (the end, where the question usually is) and warns once."""
 
     # ------------------------------------------------------------------ methods
     @property
@@ -180,7 +220,7 @@ class GRPOConfig:
         """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range."""
         def need(ok, name, rule):
             if not ok:
-                raise ConfigError(f"GRPOConfig.{name}={getattr(self, name)!r}: {rule}")
+                raise ConfigError(f"GRPOConfig.{name}={_show(getattr(self, name))}: {rule}")
 
         def choice(name, options):
             need(isinstance(getattr(self, name), str) and getattr(self, name) in options, name,
@@ -275,6 +315,7 @@ class GRPOConfig:
         choice("reward_error_policy", ("raise", "skip", "zero"))
         number("reward_timeout_s", "> 0", lambda v: v > 0, optional=True)
         integer("max_consecutive_skips", 0)
+        boolean("truncate_prompts")
         need(self.reward_error_policy != "skip" or self.advantage_estimator == "grpo", "reward_error_policy",
              f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
              f"samples out); use 'zero' or 'raise'")
@@ -289,9 +330,10 @@ class GRPOConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a mapping of field: value, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(repr(k) if not isinstance(k, str) else k for k in d if k not in names)
+        unknown = sorted(_show(k, 60) if not isinstance(k, str) else k[:60] for k in d if k not in names)
         if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(names)}")
+            raise ConfigError(f"unknown config field(s) {unknown[:5]}{' and more' if len(unknown) > 5 else ''}; "
+                              f"valid fields: {sorted(names)}")
         return cls(**d).validate()
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -315,6 +357,18 @@ class GRPOConfig:
         import yaml
 
         try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            if node is not None and _yaml_size(node, {}) > MAX_YAML_NODES:
+                raise ConfigError(f"config {source} expands to more than {MAX_YAML_NODES} values (through YAML "
+                                  f"aliases); a config is a mapping of a few dozen fields: write them out")
+            if isinstance(node, yaml.MappingNode):  # YAML keeps the last of two equal keys without a word
+                first: dict = {}
+                for key, _ in node.value:
+                    if isinstance(key, yaml.ScalarNode) and key.value in first:
+                        raise ConfigError(f"config {source} sets {key.value[:60]!r} twice (lines "
+                                          f"{first[key.value]} and {key.start_mark.line + 1}); keep one")
+                    if isinstance(key, yaml.ScalarNode):
+                        first[key.value] = key.start_mark.line + 1
             d = yaml.safe_load(text) or {}
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
@@ -323,7 +377,7 @@ class GRPOConfig:
             raise ConfigError(f"config {source} is not valid YAML: {problem}{where}") from None
         if not isinstance(d, dict):
             raise ConfigError(f"config {source} must be a YAML mapping of field: value")
-        return cls.from_dict(d)
+        return cls.from_dict(_numbers_from_text(d))
 
     def replace(self, **changes) -> "GRPOConfig":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
@@ -405,3 +459,28 @@ class GRPOConfig:
             "activation_checkpointing": self.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
             "bf16": self.bf16 and self._cuda(), "use_cpu": not self._cuda(),
         }
+
+
+def _float_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(GRPOConfig) if "float" in str(f.type)}
+
+
+_INT_EXP_TEXT = __import__("re").compile(r"\+?\d+(\.\d*)?[eE]\+?\d+")
+
+
+def _numbers_from_text(d: dict) -> dict:
+    """YAML 1.1 reads ``3e-4`` (no dot) as the string '3e-4': read such strings as numbers for the
+    float fields, and ``1e3`` as 1000 for the whole-number fields. Other strings stay strict
+    (``"4"`` in quotes is text, ``"false"`` is not a bool)."""
+    floats = _float_fields()
+    ints = {f.name for f in dataclasses.fields(GRPOConfig) if str(f.type).startswith("int")}
+    out = dict(d)
+    for k, v in d.items():
+        if k in ints and isinstance(v, str) and _INT_EXP_TEXT.fullmatch(v.strip()) and float(v).is_integer() \
+                and float(v) < 2**63:
+            out[k] = int(float(v))
+        elif k in floats and isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
+            out[k] = float(v)
+        elif k in floats and isinstance(v, list):
+            out[k] = [float(x) if isinstance(x, str) and _FLOAT_TEXT.fullmatch(x.strip()) else x for x in v]
+    return out

@@ -23,3 +23,12 @@ class CheckpointError(GRPOKitError, RuntimeError):
 
 class TrainingError(GRPOKitError, RuntimeError):
     """Training cannot go on (for example too many skipped updates in a row); the message says what to try."""
+
+
+class RunFolderError(GRPOKitError, RuntimeError):
+    """An output folder cannot be used as asked: it holds another run, has nothing to resume, or is in use."""
+
+
+class DiskFullError(GRPOKitError, OSError):
+    """A write failed because the disk is full; the message names the file. Earlier files are intact."""
+

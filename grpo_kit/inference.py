@@ -3,14 +3,47 @@ from __future__ import annotations
 
 import torch
 
+from .errors import DataError
 from .judges import exact_answer
 from .sampling import sample_groups
 
 
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+"""Keyword arguments a reward function receives from the kit or from TRL; no dataset column may take these names."""
+
+
+def check_columns(items: list[dict], where: str = "items", positions: list | None = None) -> list[str]:
+    """The extra columns of ``items`` (all but ``prompt``, in first-seen order), checked per item.
+
+    A column missing from some items, or named like a reward-function argument
+    (:data:`RESERVED_COLUMNS`), is a :class:`DataError` naming the column and the items
+    (``positions`` labels them, e.g. file lines; default: 1-based item numbers).
+    """
+    keys: dict[str, None] = {}
+    for it in items:
+        keys.update(dict.fromkeys(k for k in it if k != "prompt"))
+    clash = [k for k in keys if k in RESERVED_COLUMNS]
+    if clash:
+        raise DataError(f"{where}: column {clash[0]!r} has the name of a reward-function argument "
+                        f"({', '.join(RESERVED_COLUMNS)}); rename the column")
+    label = positions or list(range(1, len(items) + 1))
+    for k in keys:
+        missing = [label[i] for i, it in enumerate(items) if k not in it]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            raise DataError(f"{where}: column {k!r} is missing in {len(missing)} of {len(items)} rows "
+                            f"({'line' if positions else 'item'}{'s' if len(missing) > 1 else ''} {shown}); every row needs the same columns "
+                            f"(write null for a missing value) so that every row is scored the same way")
+    return list(keys)
+
+
 def columns_of(items: list[dict], repeat: int = 1) -> dict[str, list]:
-    """Extra columns of items (everything but ``prompt``), each value repeated ``repeat`` times."""
-    keys = [k for k in items[0] if k != "prompt"]
-    return {k: [it.get(k) for it in items for _ in range(repeat)] for k in keys}
+    """Extra columns of items (everything but ``prompt``), each value repeated ``repeat`` times.
+
+    Built from every item (see :func:`check_columns`), not from the first one only.
+    """
+    keys = check_columns(items)
+    return {k: [it[k] for it in items for _ in range(repeat)] for k in keys}
 
 
 def max_answer_tokens(items: list[dict]) -> int:
@@ -19,11 +52,52 @@ def max_answer_tokens(items: list[dict]) -> int:
     return longest + 3
 
 
+def _free_bytes(device) -> int | None:
+    """Memory free for new tensors on ``device`` (CUDA: the driver's figure; CPU: available RAM)."""
+    import os
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def generation_bytes(model, rows: int, tokens: int) -> int:
+    """Rough peak memory of generating ``rows`` sequences of ``tokens`` tokens at once: the key-value
+    cache (2 x layers x kv heads x head size per token) plus two float32 copies of the logits (rows x V)."""
+    c = model.config
+    layers = getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 12)
+    hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", 768)
+    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 12)
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or hidden // heads
+    elt = next(model.parameters()).element_size()
+    vocab = getattr(c, "vocab_size", 32000)
+    kv = 2 * layers * kv_heads * head_dim * elt * rows * tokens
+    return kv + 2 * 4 * rows * vocab + 4 * rows * tokens * hidden
+
+
+def check_generation_memory(model, rows: int, tokens: int, what: str = "evaluation") -> None:
+    """Refuse, with advice, a generation batch whose estimate exceeds 80% of the free memory."""
+    need = generation_bytes(model, rows, tokens)
+    free = _free_bytes(next(model.parameters()).device)
+    if free is not None and need > 0.8 * free:
+        fits = max(1, int(rows * 0.8 * free / need))
+        raise DataError(f"{what}: generating {rows} sequences of {tokens} tokens at once needs about "
+                        f"{need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB is free; lower the batch size "
+                        f"(grpo-kit eval --batch-size {fits}, or batch_size={fits})")
+
+
 @torch.no_grad()
 def greedy_completions(model, tokenizer, items: list[dict], max_new_tokens: int | None = None,
                        batch_size: int = 512) -> list[str]:
     out = []
     budget = max_new_tokens or max_answer_tokens(items)
+    batch_size = max(1, batch_size)
+    longest = max(len(it["prompt"]) for it in items) + 1 if items else 1  # characters bound tokens from above
+    check_generation_memory(model, min(batch_size, len(items)), longest + budget)
     for i in range(0, len(items), batch_size):
         chunk = items[i:i + batch_size]
         r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], 1, budget, temperature=0.0)
@@ -32,9 +106,9 @@ def greedy_completions(model, tokenizer, items: list[dict], max_new_tokens: int 
 
 
 def greedy_accuracy(model, tokenizer, items: list[dict], max_new_tokens: int | None = None,
-                    return_completions: bool = False):
+                    return_completions: bool = False, batch_size: int = 512):
     """Fraction of items whose greedy completion is judged correct by ``exact_answer``."""
-    completions = greedy_completions(model, tokenizer, items, max_new_tokens)
+    completions = greedy_completions(model, tokenizer, items, max_new_tokens, batch_size)
     scores = exact_answer([it["prompt"] for it in items], completions, **columns_of(items))
     acc = sum(scores) / len(scores)
     return (acc, completions, scores) if return_completions else acc
@@ -42,19 +116,97 @@ def greedy_accuracy(model, tokenizer, items: list[dict], max_new_tokens: int | N
 
 @torch.no_grad()
 def pass_at_k_eval(model, tokenizer, items: list[dict], k: int, temperature: float = 1.0,
-                   seed: int = 0, max_new_tokens: int | None = None) -> dict:
-    """Sample k completions per item; mean unbiased pass@1 and pass@k (Chen et al. 2021)."""
+                   seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512) -> dict:
+    """Sample k completions per item; mean unbiased pass@1 and pass@k (Chen et al. 2021).
+
+    At most ``batch_size`` completions are generated at once (a large k is split into several
+    passes over one item), so memory does not grow with k.
+    """
     from .metrics import pass_at_k
 
     gen = torch.Generator(next(model.parameters()).device).manual_seed(seed)
     budget = max_new_tokens or max_answer_tokens(items)
+    batch_size = max(1, batch_size)
+    longest = max(len(it["prompt"]) for it in items) + 1 if items else 1
+    check_generation_memory(model, min(batch_size, k * len(items)), longest + budget, f"pass@{k}")
     p1 = pk = 0.0
-    for i in range(0, len(items), max(1, 512 // k)):
-        chunk = items[i:i + max(1, 512 // k)]
-        r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen)
-        scores = exact_answer(r.prompts, r.completions, **columns_of(chunk, repeat=k))
+    per = max(1, batch_size // k)  # items per pass when k fits a batch
+    for i in range(0, len(items), per):
+        chunk = items[i:i + per]
+        if k <= batch_size:
+            r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen)
+            scores = exact_answer(r.prompts, r.completions, **columns_of(chunk, repeat=k))
+        else:  # one item, k samples in passes of batch_size
+            scores = []
+            for done in range(0, k, batch_size):
+                g = min(batch_size, k - done)
+                r = sample_groups(model, tokenizer, [chunk[0]["prompt"]], g, budget, temperature, gen)
+                scores += exact_answer(r.prompts, r.completions, **columns_of(chunk, repeat=g))
         for j in range(len(chunk)):
             c = int(sum(scores[j * k:(j + 1) * k]))
             p1 += pass_at_k(k, c, 1)
             pk += pass_at_k(k, c, k)
     return {"pass@1": p1 / len(items), f"pass@{k}": pk / len(items), "samples": k}
+
+def model_context(model) -> int | None:
+    """Positions the model was built for (``max_position_embeddings`` or ``n_positions``), if it says."""
+    c = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(c, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def check_prompts(model, tokenizer, items: list[dict], max_completion_length: int, truncate: bool = False,
+                  where: str = "items") -> list[dict]:
+    """Prompts checked against the model's context and the tokenizer's vocabulary.
+
+    A prompt whose tokens plus ``max_completion_length`` do not fit the context is a
+    :class:`DataError` naming it, or with ``truncate`` keeps its last tokens (a warning counts
+    them). Characters the tokenizer maps to its unknown token are counted and warned about once.
+    Returns the items (copies of the truncated ones).
+    """
+    import logging
+
+    from .runfolder import quote
+
+    log = logging.getLogger("grpo_kit.inference")
+    if not items:
+        return items
+    ids = tokenizer([it["prompt"] for it in items])["input_ids"]
+    context = model_context(model)
+    out = list(items)
+    if context is not None:
+        room = context - max_completion_length
+        if room < 2:
+            raise DataError(f"max_completion_length={max_completion_length} leaves no room for a prompt in the "
+                            f"model's context of {context} positions; lower max_completion_length")
+        long = [i for i, x in enumerate(ids) if len(x) > room]
+        if long and not truncate:
+            i = max(long, key=lambda j: len(ids[j]))
+            raise DataError(f"{where}: {len(long)} prompt(s) do not fit the model's context: prompt tokens + "
+                            f"max_completion_length ({max_completion_length}) must be <= {context}, and the longest "
+                            f"has {len(ids[i])} tokens (item {i + 1}: {quote(items[i]['prompt'], 80)}); shorten them, "
+                            f"lower max_completion_length, or set truncate_prompts: true to keep their last tokens")
+        specials = set(tokenizer.all_special_ids)
+        for i in long:
+            body = [t for t in ids[i] if t not in specials]
+            keep = room - (len(ids[i]) - len(body))  # room left after BOS and other added tokens
+            text = tokenizer.decode(body[-keep:], skip_special_tokens=True)
+            while len(tokenizer(text)["input_ids"]) > room and text:  # BPE may re-merge differently
+                text = text[1:]
+            out[i] = {**items[i], "prompt": text}
+        if long:
+            log.warning("%s: %d prompt(s) longer than the context allows were cut to their last tokens "
+                        "(truncate_prompts)", where, len(long))
+    unk = tokenizer.unk_token_id
+    if unk is not None:
+        flagged = [i for i, x in enumerate(ids) if unk in x]
+        if flagged:
+            chars = sorted({c for i in flagged[:50] for c in set(items[i]["prompt"])
+                            if unk in tokenizer(c, add_special_tokens=False)["input_ids"]})
+            log.warning("%s: %d of %d prompts hold characters the tokenizer cannot represent (%s); the model "
+                        "sees them as %s", where, len(flagged), len(items),
+                        quote("".join(chars[:20]), 80), tokenizer.unk_token)
+    return out

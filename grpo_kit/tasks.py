@@ -118,9 +118,16 @@ TASKS = {"add2": ArithmeticTask(2, "+"), "add3": ArithmeticTask(3, "+"), "add1":
          "add2s": ArithmeticTask(2, "+", scratchpad=True)}
 
 
+def task_names() -> list[str]:
+    """The tasks that work: a held-out split can be made (enough problems) or is shipped as a file."""
+    shipped = {p.name[:-len("_test.jsonl")] for p in DATASETS_DIR.glob("*_test.jsonl")}
+    enough = {n for n, t in TASKS.items() if (10 ** t.digits) ** 2 * len(t.operators) > 700}
+    return sorted(enough | (shipped & set(TASKS)) | (shipped - set(TASKS)))
+
+
 def get_task(name: str) -> ArithmeticTask:
-    if name not in TASKS:
-        raise DataError(f"unknown task {name!r}: choose one of {sorted(TASKS)}")
+    if name not in TASKS or name not in task_names():
+        raise DataError(f"unknown task {str(name)[:60]!r}: choose one of {[n for n in task_names() if n in TASKS]}")
     return TASKS[name]
 
 
@@ -150,8 +157,8 @@ def _read_lines(path: Path) -> list[str]:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a folder; pass a .jsonl file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read the file ({e})") from None
+    except (OSError, ValueError) as e:  # also UnicodeDecodeError, and a path the file system cannot encode
+        raise DataError(f"{str(path)[:200]!r}: cannot read the file ({str(e)[:200]})") from None
 
 
 def _parse_row(line: str) -> dict:
@@ -189,6 +196,11 @@ def _need_str(row: dict, key: str) -> str:
         raise _RowProblem(f"field {key!r} must be a string, got {type(row[key]).__name__} {row[key]!r:.40}")
     if not row[key].strip():
         raise _RowProblem(f"field {key!r} is empty")
+    try:
+        row[key].encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _RowProblem(f"field {key!r} holds invalid Unicode ({e.reason}: {row[key][e.start]!r} at character "
+                          f"{e.start}); write the text as plain UTF-8") from None
     return row[key]
 
 
@@ -239,6 +251,13 @@ def scan_items(path: str | Path, kind: str = "auto") -> tuple[list[dict], list[t
     items, bad, make = [], [], {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind)
     if make is None and kind != "auto":
         raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
+    items, _, bad = _scan(path, make)
+    return items, bad
+
+
+def _scan(path: Path, make) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
+    """Good items, their line numbers, and bad rows as (line, reason)."""
+    items, good, bad = [], [], []
     lines = [(n, line) for n, line in enumerate(_read_lines(path), 1) if line.strip()]
     if not lines:
         raise DataError(f"{path}: the file has no rows")
@@ -248,15 +267,20 @@ def scan_items(path: str | Path, kind: str = "auto") -> tuple[list[dict], list[t
             if make is None:
                 make = gsm8k_item if "question" in row else kit_item
             items.append(make(row))
+            good.append(lineno)
         except _RowProblem as e:
             bad.append((lineno, str(e)))
-    return items, bad
+    return items, good, bad
 
 
 def _load(path, kind: str, on_bad_row: str) -> list[dict]:
     if on_bad_row not in ON_BAD_ROW:
         raise DataError(f"on_bad_row={on_bad_row!r}: choose 'raise' or 'skip'")
-    items, bad = scan_items(path, kind)
+    from .inference import check_columns
+
+    if kind not in ("auto", "gsm8k", "kit"):
+        raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
+    items, lines, bad = _scan(Path(path), {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind))
     if bad and on_bad_row == "raise":
         _fail(path, *bad[0])
     if bad and not items:
@@ -265,6 +289,7 @@ def _load(path, kind: str, on_bad_row: str) -> list[dict]:
         first = "; ".join(f"line {n}: {r}" for n, r in bad[:3])
         log.warning("%s: skipped %d malformed row(s) of %d (%s%s)", path, len(bad), len(bad) + len(items),
                     first, "; ..." if len(bad) > 3 else "")
+    check_columns(items, str(path), positions=lines)
     return items
 
 

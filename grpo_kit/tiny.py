@@ -14,6 +14,10 @@ target lands the base where it is useful.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
+import socket
 import string
 import time
 from pathlib import Path
@@ -21,6 +25,9 @@ from pathlib import Path
 import torch
 
 from .errors import CheckpointError
+from .runfolder import quote
+
+log = logging.getLogger(__name__)
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = string.printable[:95]  # digits, letters, punctuation, space: enough for GSM8K text
@@ -147,28 +154,108 @@ def shipped_path(name: str = "tiny") -> Path:
     return SHIPPED if name == "tiny" else SHIPPED.parent / name
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub ids: 96 a part
+
+
+def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path | str:
+    """Where a model comes from: a local folder (a ``Path``) or a Hugging Face hub name (a ``str``).
+
+    A path on disk always wins: a local folder named like a shipped model (``tiny-add2``) is
+    loaded, with a warning that it shadows the shipped one. ``"tiny"`` / ``"tiny-<task>"`` name
+    the shipped bases. Anything that looks like a path (starts with ``/``, ``.`` or ``~``, has
+    more than one ``/`` or characters a hub name cannot have) and is not on disk is a
+    :class:`CheckpointError` at once, without asking the hub.
+    """
+    text = str(name_or_path)
+    local = Path(os.path.expanduser(text))
+    shipped = shipped_path(text) if (text == "tiny" or text.startswith("tiny-")) else None
+    try:
+        on_disk = bool(text.strip()) and local.exists()
+    except (OSError, ValueError):  # too long, unencodable or with a NUL for the file system: not a folder here
+        on_disk = False
+    if on_disk:
+        if warn and shipped is not None and shipped.is_dir() and local.resolve() != shipped.resolve():
+            log.warning("the local folder %s shadows the shipped model %r; loading the local folder "
+                        "(rename it, or run from another folder, to load the shipped one)", local.resolve(), text)
+        return local
+    if shipped is not None:
+        if not shipped.is_dir():
+            names = ["tiny"] + sorted(p.name for p in SHIPPED.parent.iterdir() if (p / "config.json").is_file())
+            raise CheckpointError(f"{text!r} is not a shipped model or a local folder; shipped: {names}")
+        return shipped
+    if text.startswith(("/", ".", "~")) or text.count("/") > 1 or not _HUB_ID.fullmatch(text):
+        raise CheckpointError(f"{text[:200]}{'...' if len(text) > 200 else ''}: no such model folder; pass a folder written by save_pretrained, "
+                              f"a Hugging Face hub name (owner/name) or 'tiny'")
+    return text
+
+
+_REACHABLE: dict[str, bool] = {}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds (cached).
+
+    With ``HF_HUB_OFFLINE`` set: False. Behind a proxy (``HTTPS_PROXY``/``ALL_PROXY``) the answer
+    cannot be known from here: True, and the hub client decides.
+    """
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
+    if host not in _REACHABLE:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            _REACHABLE[host] = True
+        except OSError:
+            _REACHABLE[host] = False
+    return _REACHABLE[host]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
 def load_model(name_or_path: str | Path = "tiny", device: str | torch.device = "cpu", dtype=None):
     """Load a causal LM and its tokenizer with ``from_pretrained``; ``"tiny"`` (``"tiny-add2s"``) is
-    a shipped base.
+    a shipped base (see :func:`resolve_model` for how a name is looked up).
 
-    The same call loads a Hugging Face hub name on a machine that can download it. Left padding
-    is set because generation appends to the right.
+    The same call loads a Hugging Face hub name on a machine that can download it; offline
+    (``HF_HUB_OFFLINE=1`` or the hub unreachable) only the local cache is asked, so a model
+    that is not there fails at once instead of after a minute of retries. Left padding is set
+    because generation appends to the right. A tokenizer with more tokens than the model has
+    embedding rows is refused (those ids would index past the embedding).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = shipped_path(str(name_or_path)) if str(name_or_path).startswith("tiny") else name_or_path
-    local = Path(path)
-    if not local.exists() and str(path).startswith(("/", "./", "../", "~")):
-        raise CheckpointError(f"{local}: no such model folder; pass a folder written by save_pretrained, "
-                              f"a Hugging Face hub name or 'tiny'")
-    if local.exists() and not (local / "config.json").is_file():
-        raise CheckpointError(f"{local}: not a model folder (no config.json); pass a folder written by save_pretrained")
+    path = resolve_model(name_or_path)
+    extra = {}
+    if isinstance(path, Path):
+        if not (path / "config.json").is_file():
+            raise CheckpointError(f"{path}: not a model folder (no config.json); pass a folder written by "
+                                  f"save_pretrained")
+    elif not hub_reachable():
+        extra["local_files_only"] = True
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
-    except (OSError, ValueError, json.JSONDecodeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot load model {str(path)!r}: {first}") from e
+        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
+    except Exception as e:  # noqa: BLE001 - a missing, truncated or foreign file: all one user-facing error
+        if extra.get("local_files_only"):
+            raise CheckpointError(f"cannot load model {quote(str(path))}: the Hugging Face hub cannot be reached "
+                                  f"(offline) and the model is not in the local cache; pass a local folder, or "
+                                  f"download it first on a machine with network (huggingface-cli download "
+                                  f"{str(path)[:200]})") from e
+        raise CheckpointError(f"cannot load model {quote(str(path))}: {type(e).__name__}: {_first_line(e)}") from e
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise CheckpointError(f"model {quote(str(path))}: the tokenizer has {len(tokenizer)} tokens but the model's "
+                              f"embedding has {rows} rows, so token ids >= {rows} cannot be looked up; use the "
+                              f"tokenizer saved with this model, or call model.resize_token_embeddings"
+                              f"({len(tokenizer)}) and save both")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -30,9 +30,10 @@ import torch
 
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, TrainingError
-from .inference import columns_of, greedy_accuracy
+from .errors import CheckpointError, RunFolderError, TrainingError
+from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, is_conversational, score_with_policy, trl_reward_kwargs
+from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import length_metrics, reward_metrics
 from .sampling import render_prompt, sample_groups
 from .step import train_step
@@ -59,6 +60,7 @@ class Run:
     step: int = 0
     history: list[dict] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out greedy accuracy)
+    stopped_by: str | None = None    # "Ctrl-C", "SIGTERM", "SIGHUP" or "should_stop" when a run ended early
 
 
 def pick_device(name: str) -> torch.device:
@@ -90,12 +92,21 @@ def lr_lambda(cfg: GRPOConfig):
     return f
 
 
+def capped_threads(n: int) -> int:
+    """``n`` torch threads, at most the machine's CPU count (more only slows down: 1000 ran 11x slower)."""
+    cpus = os.cpu_count() or 1
+    if n > cpus:
+        log.warning("threads=%d is more than the %d CPU(s) of this machine; using %d", n, cpus, cpus)
+        return cpus
+    return n
+
+
 def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train_items=None,
           eval_items=None) -> Run:
     """Build everything a run needs from ``cfg``; pass objects to override the defaults."""
     cfg.validate()
     if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+        torch.set_num_threads(capped_threads(cfg.threads))
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     if policy is None:
@@ -108,10 +119,20 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate,
                             weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    # prompts from a file or from the caller are checked against the model (context, vocabulary);
+    # the built-in tasks' prompts are a few characters of the tokenizer's own alphabet
+    given = train_items is not None or cfg.dataset is not None
     if train_items is None:
         train_items = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+    if given:
+        check_columns(train_items, cfg.dataset or "train_items")
+        train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
+                                    cfg.dataset or "train_items")
     if eval_items is None:
         eval_items = heldout_split(cfg.task)[:cfg.eval_size]
+    else:
+        eval_items = check_prompts(policy, tokenizer, eval_items, cfg.max_completion_length, cfg.truncate_prompts,
+                                   "eval_items")
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
     return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
                torch.Generator().manual_seed(cfg.seed), torch.Generator(device).manual_seed(cfg.seed + 1))
@@ -177,21 +198,34 @@ def evaluate(run: Run) -> float:
     return acc
 
 
-class StopOnSigint:
-    """While active, the first Ctrl-C (SIGINT) only sets ``requested``; a second one interrupts at once.
+STOP_SIGNALS = {getattr(signal, n): label for n, label in
+                (("SIGINT", "Ctrl-C"), ("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGHUP")) if hasattr(signal, n)}
 
-    Installed only in the main thread (``signal`` allows nothing else) and only while a step
-    runs, so Ctrl-C in the code that consumes ``train()``'s metrics behaves as usual. The
-    previous handler is restored on exit.
+
+class StopOnSignals:
+    """While active, the first Ctrl-C (SIGINT), SIGTERM or SIGHUP only sets ``requested`` (and
+    ``signal_name``); a second one of them interrupts at once (``KeyboardInterrupt``).
+
+    ``train()`` holds one for its whole loop, so a request is never forgotten: one that arrives
+    during a step or its evaluation ends the run after that step; one that arrives during a
+    checkpoint write or in the caller's loop body ends it before the next step. SIGTERM (a
+    container stop, a batch queue's preemption) and SIGHUP (a closed ssh session) are treated
+    as Ctrl-C. A signal the process ignores (``nohup`` ignores SIGHUP) stays ignored. Installed
+    only in the main thread (``signal`` allows nothing else); the previous handlers are restored
+    on exit.
     """
 
     def __init__(self):
-        self.requested, self.previous, self.active = False, None, False
+        self.requested, self.signal_name, self.previous, self.active = False, None, {}, False
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._handle)
+            for sig in STOP_SIGNALS:
+                prev = signal.getsignal(sig)
+                if prev == signal.SIG_IGN:  # nohup (SIGHUP) or a background job (SIGINT): leave it ignored
+                    continue
+                self.previous[sig] = prev
+                signal.signal(sig, self._handle)
             self.active = True
         return self
 
@@ -199,17 +233,26 @@ class StopOnSigint:
         if self.requested:
             self._restore()
             raise KeyboardInterrupt
-        self.requested = True
-        print("grpo-kit: Ctrl-C: stopping after this step (with a checkpoint if there is an output folder); "
-              "press Ctrl-C again to abort now", file=sys.stderr, flush=True)
+        self.requested, self.signal_name = True, STOP_SIGNALS.get(signum, f"signal {signum}")
+        again = "press Ctrl-C" if signum == signal.SIGINT else f"send {self.signal_name}"
+        try:  # after SIGHUP the terminal may be gone: the stop must not fail on a message
+            print(f"grpo-kit: {self.signal_name}: stopping after this step (with a checkpoint if there is an "
+                  f"output folder); {again} again to abort now", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def _restore(self):
         if self.active:
-            signal.signal(signal.SIGINT, self.previous if self.previous is not None else signal.default_int_handler)
+            for sig, prev in self.previous.items():
+                signal.signal(sig, prev if prev is not None else
+                              (signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL))
             self.active = False
 
     def __exit__(self, *exc):
         self._restore()
+
+
+StopOnSigint = StopOnSignals  # the earlier name, for code written against it
 
 
 def _skipped_steps(history: list[dict], num_iterations: int) -> int:
@@ -242,37 +285,98 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
           resume: bool = False, should_stop: Callable[[], bool] | None = None) -> Iterator[dict]:
     """Run ``cfg.steps`` GRPO steps, yielding each step's metrics (with ``accuracy`` on eval steps).
 
-    With ``out_dir``: checkpoints every ``cfg.checkpoint_every`` steps and at the end, and
-    ``resume=True`` continues from the latest one (half-written ``*.tmp`` checkpoints are
-    removed). ``should_stop()`` returning True, or Ctrl-C (SIGINT, in the main thread) during a
-    step, ends the run after the current step, with a checkpoint; ``metrics["stopped"]`` is 1.
-    ``cfg.max_consecutive_skips`` skipped updates in a row raise :class:`TrainingError`.
+    With ``out_dir``: the folder is locked against a second process (:class:`RunLock`);
+    ``history.jsonl`` gets one line per finished step; checkpoints are written every
+    ``cfg.checkpoint_every`` steps and at the end; ``resume=True`` continues from the latest
+    one (half-written ``*.tmp`` checkpoints are removed) and raises when there is none. A new
+    run (``run.step == 0``, no ``resume``) refuses a folder that holds another run's checkpoints.
+    ``should_stop()`` returning True, or Ctrl-C / SIGTERM / SIGHUP (in the main thread), ends
+    the run after the current step, with a checkpoint; ``metrics["stopped"]`` is 1 and
+    ``run.stopped_by`` names the signal. ``cfg.max_consecutive_skips`` skipped updates in a row
+    raise :class:`TrainingError`.
     """
     run = run or setup(cfg)
+    lock = RunLock(out_dir).acquire() if out_dir is not None else None
+    try:
+        with StopOnSignals() as signals:
+            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def resume_run(run: Run, out_dir: str | Path) -> Path:
+    """Restore ``run`` from the latest checkpoint in ``out_dir``; raise when there is none."""
+    remove_partial_checkpoints(out_dir)
+    ck = latest_checkpoint(out_dir)
+    if ck is None:
+        raise RunFolderError(f"nothing to resume: {out_dir} has no checkpoint (no checkpoints/latest); "
+                             f"check the path, or start a new run there")
+    load_checkpoint(run, ck)
+    return ck
+
+
+def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals):
+    saved = None  # step of the newest checkpoint on disk
     if out_dir is not None:
         remove_partial_checkpoints(out_dir)
-    if resume and out_dir is not None and latest_checkpoint(out_dir) is not None:
-        load_checkpoint(run, latest_checkpoint(out_dir))
+        if resume:
+            saved = int(resume_run(run, out_dir).name.split("-")[1])
+        elif run.step == 0 and has_run(out_dir):
+            raise RunFolderError(f"{out_dir} holds another run's checkpoints; pass resume=True to continue it, "
+                                 f"or another out_dir")
+        elif latest_checkpoint(out_dir) is not None:
+            saved = int(latest_checkpoint(out_dir).name.split("-")[1])
+        write_history(run.history, out_dir / "history.jsonl")  # the finished steps; a resume drops the rest
+
+    def stop_now():
+        return signals.requested or (should_stop is not None and bool(should_stop()))
+
     if not run.evals:
         evaluate(run)
     while run.step < cfg.steps:
-        with StopOnSigint() as sigint:
-            metrics = grpo_step(run)
-            stop = sigint.requested or (should_stop is not None and should_stop())
+        if signals.requested:  # arrived during the last checkpoint write or in the caller's loop body
+            _end_early(run, out_dir, saved, signals.signal_name)
+            break
+        metrics = grpo_step(run)
+        due_eval = bool(cfg.eval_every) and run.step % cfg.eval_every == 0
+        evaluated = False
+        while True:  # a stop request that arrives during the evaluation still counts for this step
+            stop = stop_now()
             last = run.step == cfg.steps or stop
-            if last or (cfg.eval_every and run.step % cfg.eval_every == 0):
-                metrics["accuracy"] = evaluate(run)
-            if stop:
-                metrics["stopped"] = 1.0
-            run.history.append(metrics)
-            skips = _skipped_steps(run.history, cfg.num_iterations)
-            if cfg.max_consecutive_skips and skips >= cfg.max_consecutive_skips:
-                raise _too_many_skips(run, out_dir)
-            if out_dir is not None and (last or (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0)):
-                save_checkpoint(run, out_dir)
+            if evaluated or not (last or due_eval):
+                break
+            metrics["accuracy"] = evaluate(run)
+            evaluated = True
+        if stop:
+            metrics["stopped"] = 1.0
+            run.stopped_by = signals.signal_name if signals.requested else "should_stop"
+        run.history.append(metrics)
+        if out_dir is not None:
+            append_line(out_dir / "history.jsonl", _json_line(metrics))
+        skips = _skipped_steps(run.history, cfg.num_iterations)
+        if cfg.max_consecutive_skips and skips >= cfg.max_consecutive_skips:
+            raise _too_many_skips(run, out_dir)
+        if out_dir is not None and (last or (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0)):
+            save_checkpoint(run, out_dir)
+            saved = run.step
         yield metrics
         if last:
             break
+
+
+def _end_early(run: Run, out_dir: Path | None, saved: int | None, why: str | None) -> None:
+    """A stop request that came between steps: evaluate, mark and checkpoint the last finished step."""
+    run.stopped_by = why or "signal"
+    if not run.history:
+        return
+    if run.evals[-1][0] != run.step:
+        run.history[-1]["accuracy"] = evaluate(run)
+    run.history[-1]["stopped"] = 1.0
+    if out_dir is not None:
+        write_history(run.history, out_dir / "history.jsonl")
+        if saved != run.step:
+            save_checkpoint(run, out_dir)
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -282,6 +386,7 @@ STATE_FILE = "trainer_state.pt"
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
                      "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix"}
 _STEP_DIR = re.compile(r"step-\d+")
+_STEP_NUM = re.compile(r"step-(\d+)")
 
 
 def remove_partial_checkpoints(out_dir: str | Path) -> list[Path]:
@@ -315,36 +420,96 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
     return path
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _step_of(p: Path) -> int | None:
+    m = _STEP_NUM.fullmatch(p.name)
+    return int(m.group(1)) if m else None
+
+
+def _is_disk_full(e: BaseException) -> bool:
+    """ENOSPC as an OSError, or as the RuntimeError torch.save / safetensors raise for it."""
+    text = str(e).lower()
+    return is_disk_full(e) or "no space left" in text or "os error 28" in text or "file write failed" in text
 
 
 def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
-    """Write ``checkpoints/step-NNNNNN`` atomically (temp folder, then rename), then point ``latest`` at it."""
+    """Write ``checkpoints/step-NNNNNN`` atomically (temp folder, then rename), then point ``latest`` at it.
+
+    Older checkpoints beyond ``cfg.keep_checkpoints`` are removed, ordered by step number; the
+    one just written is never removed. A failed write (disk full: :class:`DiskFullError`)
+    removes the temp folder and leaves the previous checkpoint and ``latest`` as they were.
+    """
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{run.step:06d}"
     tmp, final = root / (name + ".tmp"), root / name
     shutil.rmtree(tmp, ignore_errors=True)
-    run.policy.save_pretrained(tmp)
-    run.tokenizer.save_pretrained(tmp)
-    state = {
-        "step": run.step, "config": run.cfg.to_dict(), "history": run.history, "evals": run.evals,
-        "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
-        "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
-    }
-    torch.save(state, tmp / STATE_FILE)
+    writing = tmp / "model.safetensors"
+    try:
+        run.policy.save_pretrained(tmp)
+        writing = tmp / "tokenizer.json"
+        run.tokenizer.save_pretrained(tmp)
+        state = {
+            "step": run.step, "config": run.cfg.to_dict(), "history": run.history, "evals": run.evals,
+            "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+            "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
+            "torch_rng": torch.get_rng_state(), "fingerprints": fingerprints(run.cfg),
+        }
+        writing = tmp / STATE_FILE
+        torch.save(state, tmp / STATE_FILE)
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if _is_disk_full(e):
+            before = latest_checkpoint(out_dir)
+            raise disk_full(e, writing, f"the partial checkpoint was removed; "
+                                        f"{'the previous checkpoint ' + before.name + ' is intact' if before else 'no earlier checkpoint exists'}") from e
+        raise
     _pause_for_tests(run.step, tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    _atomic_write_text(root / "latest", name)
-    kept = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))
+    atomic_write_text(root / "latest", name)
+    kept = sorted((p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None), key=_step_of)
     for old in kept[:-run.cfg.keep_checkpoints]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+# ---------------------------------------------------------------- content fingerprints
+
+_HASHES: dict[tuple, str] = {}
+
+
+def content_hash(path: str | Path) -> str | None:
+    """sha256 of a file, or of a folder's files (names and bytes, top level, hidden files left out);
+    None when ``path`` is not on disk. Cached per (path, sizes, modification times)."""
+    import hashlib
+
+    p = Path(path)
+    if p.is_file():
+        files = [p]
+    elif p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+    else:
+        return None
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.name.encode("utf-8", "surrogateescape") + b"\0" if p.is_dir() else b"")
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+        _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
+def fingerprints(cfg: GRPOConfig) -> dict:
+    """Content hashes of the run's starting model and dataset (None for a hub name or no dataset)."""
+    from .tiny import resolve_model
+
+    model = resolve_model(cfg.model, warn=False)
+    return {"model": content_hash(model) if isinstance(model, Path) else None,
+            "dataset": content_hash(os.path.expanduser(cfg.dataset)) if cfg.dataset else None}
 
 
 def load_checkpoint(run: Run, path: str | Path) -> None:
@@ -365,7 +530,17 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
                               f"resume from a folder written by grpo-kit or start a new output folder")
     # a field added to GRPOConfig after the checkpoint was written counts as its default
     saved, now, default = state["config"], run.cfg.to_dict(), GRPOConfig().to_dict()
-    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and saved.get(k, default[k]) != now[k])
+    # the model and the dataset are compared by content when both hashes are known: a moved file
+    # resumes, a file changed in place does not
+    then_fp, now_fp = state.get("fingerprints") or {}, fingerprints(run.cfg)
+    by_content = {k for k in ("model", "dataset") if then_fp.get(k) and now_fp.get(k)}
+    edited = [k for k in sorted(by_content) if then_fp[k] != now_fp[k]]
+    if edited:
+        raise CheckpointError(f"checkpoint {path}: the {' and the '.join(edited)} changed since it was written "
+                              f"(content hash differs: {', '.join(repr(now[k]) for k in edited)}); resume with "
+                              f"the files it was trained on or start a new output folder")
+    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and k not in by_content
+                     and saved.get(k, default[k]) != now[k])
     if changed:
         diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
         raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
@@ -377,6 +552,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         run.optimizer.load_state_dict(state["optimizer"])
         run.scheduler.load_state_dict(state["scheduler"])
+        _follow_schedule(run)
         run.data_gen.set_state(state["data_gen"])
         run.sample_gen.set_state(state["sample_gen"])
         torch.set_rng_state(state["torch_rng"])
@@ -389,7 +565,33 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
 
 
+def _follow_schedule(run: Run) -> None:
+    """Set the learning rate of the step to come from the schedule of ``run.cfg``.
+
+    The same ``steps`` as the checkpoint gives the very value saved with the optimizer (an exact
+    resume); a larger ``steps`` (extending a finished run) recomputes the schedule over the new
+    total, so the resumed steps get the learning rate a run planned for the new total has at
+    that step, rather than the stale final value of the shorter schedule (0 for cosine).
+    """
+    sched = run.scheduler
+    for group, base, f in zip(run.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+        group["lr"] = base * f(sched.last_epoch)
+    sched._last_lr = [g["lr"] for g in run.optimizer.param_groups]
+
+
+def _plain(v):
+    """A tensor or numpy value as a Python number or list (for json); anything else as its str."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if hasattr(v, "item"):
+        return v.item()
+    return str(v)
+
+
+def _json_line(m: dict) -> str:
+    return json.dumps(m, default=_plain)
+
+
 def write_history(history: list[dict], path: str | Path) -> None:
-    with open(path, "w") as f:
-        for m in history:
-            f.write(json.dumps(m) + "\n")
+    """All of ``history`` as jsonl, atomically (the old file stays whole until the new one is complete)."""
+    atomic_write_text(path, "".join(_json_line(m) + "\n" for m in history))

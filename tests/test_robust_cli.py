@@ -1,5 +1,8 @@
 """The CLI shows one line, no traceback, for a user mistake; --debug shows the traceback."""
 import json
+import os
+import signal
+import time
 
 import pytest
 
@@ -27,7 +30,9 @@ def _bad_rows(tmp_path):
     ("steps: [1,\n", [], "is not valid YAML: expected the node content, but found '<stream end>' at line 2"),
     ("steps: 1\n\tbeta: 2\n", [], "is not valid YAML"),
     ("- steps\n- 3\n", [], "must be a YAML mapping"),
-    (BASE + "num_generations: '4'\n", [], "GRPOConfig.num_generations='4': must be a whole number >= 2"),
+    (BASE.replace("num_generations: 2\n", "num_generations: '4'\n"), [],
+     "GRPOConfig.num_generations='4': must be a whole number >= 2"),
+    (BASE + "num_generations: 4\n", [], "sets 'num_generations' twice (lines 3 and 6)"),
     (BASE + "num_generation: 4\n", [], "unknown config field(s) ['num_generation']"),
     (BASE + "reward_funcs: [exact, answer]\n", [], "unknown reward function 'exact'"),
     (BASE + "reward_funcs: exact_answer\n", [], "GRPOConfig.reward_funcs='exact_answer'"),
@@ -71,11 +76,15 @@ def test_ctrl_c_in_train_says_where_to_resume(tmp_path, capsys, monkeypatch):
 
     loop = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function)
 
-    class CtrlCDuringTheStep(loop.StopOnSigint):
-        def __enter__(self):
-            self.requested = True  # as if Ctrl-C came during the step
-            return self
-    monkeypatch.setattr(loop, "StopOnSigint", CtrlCDuringTheStep)
+    step = loop.grpo_step
+
+    def ctrl_c_during_the_step(run):
+        m = step(run)
+        if run.step == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, caught by the loop's handler
+            time.sleep(0.05)
+        return m
+    monkeypatch.setattr(loop, "grpo_step", ctrl_c_during_the_step)
     code, err = _train(tmp_path, capsys, BASE.replace("steps: 1", "steps: 5"))
     assert code == 130 and "stopped by Ctrl-C after step 1 of 5" in err and "--resume" in err
     assert (tmp_path / "run" / "checkpoints" / "step-000001").is_dir()

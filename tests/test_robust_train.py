@@ -194,7 +194,7 @@ def test_first_ctrl_c_asks_to_stop_second_interrupts_and_the_old_handler_comes_b
     import threading
     import time
 
-    from grpo_kit.train import StopOnSigint
+    from grpo_kit.train import StopOnSignals as StopOnSigint
 
     before = signal.getsignal(signal.SIGINT)
     with StopOnSigint() as stop:
