@@ -172,9 +172,12 @@ def check_prompts(model, tokenizer, items: list[dict], max_completion_length: in
     from .runfolder import quote
 
     log = logging.getLogger("grpo_kit.inference")
+    from .sampling import render_prompt
+
     if not items:
         return items
-    ids = tokenizer([it["prompt"] for it in items])["input_ids"]
+    texts = [render_prompt(tokenizer, it["prompt"]) for it in items]  # conversations through the chat template
+    ids = tokenizer(texts)["input_ids"]
     context = model_context(model)
     out = list(items)
     if context is not None:
@@ -187,8 +190,12 @@ def check_prompts(model, tokenizer, items: list[dict], max_completion_length: in
             i = max(long, key=lambda j: len(ids[j]))
             raise DataError(f"{where}: {len(long)} prompt(s) do not fit the model's context: prompt tokens + "
                             f"max_completion_length ({max_completion_length}) must be <= {context}, and the longest "
-                            f"has {len(ids[i])} tokens (item {i + 1}: {quote(items[i]['prompt'], 80)}); shorten them, "
+                            f"has {len(ids[i])} tokens (item {i + 1}: {quote(texts[i], 80)}); shorten them, "
                             f"lower max_completion_length, or set truncate_prompts: true to keep their last tokens")
+        chats = [i for i in long if not isinstance(items[i]["prompt"], str)]
+        if chats:
+            raise DataError(f"{where}: item {chats[0] + 1} is a conversation too long for the model's context "
+                            f"({len(ids[chats[0]])} tokens); truncate_prompts cuts text prompts only: shorten it")
         specials = set(tokenizer.all_special_ids)
         for i in long:
             body = [t for t in ids[i] if t not in specials]
@@ -204,7 +211,7 @@ def check_prompts(model, tokenizer, items: list[dict], max_completion_length: in
     if unk is not None:
         flagged = [i for i, x in enumerate(ids) if unk in x]
         if flagged:
-            chars = sorted({c for i in flagged[:50] for c in set(items[i]["prompt"])
+            chars = sorted({c for i in flagged[:50] for c in set(texts[i])
                             if unk in tokenizer(c, add_special_tokens=False)["input_ids"]})
             log.warning("%s: %d of %d prompts hold characters the tokenizer cannot represent (%s); the model "
                         "sees them as %s", where, len(flagged), len(items),

@@ -9,7 +9,8 @@ from transformers import TrainerState
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
-from grpo_kit.errors import ConfigError
+from grpo_kit.errors import ConfigError, DataError
+from grpo_kit.tiny import load_model
 from grpo_kit.judges import resolve_reward_func
 from grpo_kit.train import grpo_step, setup
 
@@ -115,10 +116,12 @@ def test_conversational_dataset_with_trls_think_format_reward(tmp_path):
         return [float(len(c[0]["content"])) for c in completions]
 
     cfg = GRPOConfig(**TINY, dataset=str(data), reward_funcs=["trl.rewards:think_format_reward", "format"])
-    run = setup(cfg, reward_funcs=[resolve_reward_func(f) for f in cfg.reward_funcs] + [content_length])
-    with pytest.raises(Exception, match="chat template"):
-        grpo_step(run)  # the tiny tokenizer has no chat template
-    run.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    funcs = [resolve_reward_func(f) for f in cfg.reward_funcs] + [content_length]
+    with pytest.raises(DataError, match="chat template"):
+        setup(cfg, reward_funcs=funcs)  # the tiny tokenizer has no chat template: refused before training
+    policy, tok = load_model("tiny")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    run = setup(cfg, policy=policy, tokenizer=tok, reward_funcs=funcs)
     m = grpo_step(run)
     prompts, completions = seen[-1]
     assert all(p in [r["prompt"] for r in rows] for p in prompts)  # the messages themselves, G times each
