@@ -30,12 +30,12 @@ import torch
 
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, TrainingError
+from .errors import CheckpointError, ConfigError, TrainingError
 from .inference import columns_of, greedy_accuracy
 from .judges import get_reward_funcs, score_with_policy
 from .metrics import length_metrics, reward_metrics
 from .sampling import sample_groups
-from .step import train_step
+from .step import run_autocast, train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
 
@@ -65,7 +65,7 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise CheckpointError("device='cuda' but no CUDA GPU is visible; use device='cpu' or 'auto'")
+        raise ConfigError("GRPOConfig.device='cuda': no CUDA GPU is visible to torch; use device='cpu' or 'auto'")
     return torch.device(name)
 
 
@@ -103,8 +103,9 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     if eval_items is None:
         eval_items = heldout_split(cfg.task)[:cfg.eval_size]
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
+    sample_device = next(policy.parameters()).device  # torch.multinomial draws where the logits are
     return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
-               torch.Generator().manual_seed(cfg.seed), torch.Generator(device).manual_seed(cfg.seed + 1))
+               torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1))
 
 
 def grpo_step(run: Run) -> dict:
@@ -113,8 +114,9 @@ def grpo_step(run: Run) -> dict:
     idx = torch.randint(len(run.train_items), (cfg.num_prompts,), generator=run.data_gen).tolist()
     items = [run.train_items[i] for i in idx]
     G = cfg.num_generations
-    rollouts = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], G,
-                             cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
+        rollouts = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], G,
+                                 cfg.max_completion_length, cfg.temperature, run.sample_gen)
     rewards, per_func, bad, reasons = score_with_policy(
         run.reward_funcs, rollouts.prompts, rollouts.completions, columns_of(items, repeat=G), cfg.reward_weights,
         cfg.reward_error_policy, cfg.reward_timeout_s)  # (B,), (B, K), (B,) bool
@@ -303,8 +305,10 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
         "step": run.step, "config": run.cfg.to_dict(), "history": run.history, "evals": run.evals,
         "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
         "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
+        "torch_rng": torch.get_rng_state(), "device": run.sample_gen.device.type,
     }
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
     torch.save(state, tmp / STATE_FILE)
     _pause_for_tests(run.step, tmp)
     shutil.rmtree(final, ignore_errors=True)
@@ -322,7 +326,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
 
     path = Path(path)
     try:
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
         weights = load_file(path / "model.safetensors")
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
@@ -347,8 +351,10 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         run.optimizer.load_state_dict(state["optimizer"])
         run.scheduler.load_state_dict(state["scheduler"])
         run.data_gen.set_state(state["data_gen"])
-        run.sample_gen.set_state(state["sample_gen"])
+        _restore_sample_gen(run, state, path)
         torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available() and len(state["cuda_rng"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
     except (RuntimeError, ValueError, TypeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -356,6 +362,19 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({first}); "
                               f"resume with the model it was trained from or start a new output folder") from e
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
+
+
+def _restore_sample_gen(run: Run, state: dict, path: Path) -> None:
+    """Continue the sampling stream; a checkpoint from another device type (a CUDA generator's
+    state does not fit a CPU one) starts a new stream, seeded by seed and step, with a warning."""
+    saved = state.get("device", "cpu")
+    if saved == run.sample_gen.device.type:
+        run.sample_gen.set_state(state["sample_gen"])
+        return
+    run.sample_gen.manual_seed(run.cfg.seed + 1 + 1_000_003 * state["step"])
+    log.warning("checkpoint %s was written on %s and resumes on %s: weights, optimizer and prompt order carry "
+                "over, but the sampled tokens cannot continue the same random stream (device generators differ), "
+                "so this run will not repeat a straight %s run exactly", path, saved, run.sample_gen.device.type, saved)
 
 
 def write_history(history: list[dict], path: str | Path) -> None:
