@@ -81,7 +81,7 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
     torch.set_num_threads(threads)
     spec, P, G, L = CASES[name]
     tok = build_tokenizer()
-    warm_up_code(threads)  # load the code a step runs (its pages are RSS too), then measure from here
+    warm_up_code(threads, bf16, spec != "tiny")  # load the code a step runs (its pages are RSS too), then measure from here
     base = _status_kib("VmRSS") * 1024
     reset_peak()
     shapes = {"prompt_len": 0, "completion_len": 0}
@@ -119,9 +119,9 @@ def reset_peak() -> None:
         pass
 
 
-def warm_up_code(threads: int) -> None:
-    """Two GRPO steps of a one-layer toy model through the same code (and a Qwen2 forward), then free it:
-    code, kernels and thread pools are loaded before the baseline, as a long-running process has them."""
+def warm_up_code(threads: int, bf16: bool, qwen: bool) -> None:
+    """Two GRPO steps of a small model of the same class through the same code, then free it: code,
+    kernels and thread pools are loaded before the baseline, as a long-running process has them."""
     import gc
 
     import torch
@@ -132,16 +132,15 @@ def warm_up_code(threads: int) -> None:
     from grpo_kit.train import grpo_step, setup
 
     tok = build_tokenizer()
-    for model in (load_model("tiny")[0], Qwen2ForCausalLM(Qwen2Config(
-            vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, tie_word_embeddings=True, attn_implementation="sdpa"))):
-        for bf16 in (False, True):
-            cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, log_kl=True, beta=0.04,
-                             device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0)
-            run = setup(cfg, policy=model, tokenizer=tok)
-            for _ in range(2):
-                grpo_step(run)
-            del run
+    model = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=True, attn_implementation="sdpa")) if qwen else load_model("tiny")[0]
+    cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, log_kl=True, beta=0.04,
+                     device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0)
+    run = setup(cfg, policy=model, tokenizer=tok)
+    for _ in range(2):
+        grpo_step(run)
+    del run
     del model
     gc.collect()
 
