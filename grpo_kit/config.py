@@ -176,7 +176,11 @@ class GRPOConfig:
     device: str = "auto"
     """'auto' (CUDA if present), 'cpu' or 'cuda'."""
     bf16: bool = True
-    """bf16 autocast on CUDA (ignored on CPU, which trains in float32)."""
+    """bf16 autocast on CUDA for every forward (sampling, reference, training); ignored on a CPU,
+    which trains in float32, unless ``bf16_on_cpu`` (see the dtype policy in ``step.py``)."""
+    bf16_on_cpu: bool = False
+    """With ``bf16``, run the same bf16 autocast on a CPU too: the CUDA code path, for tests and
+    for checking a bf16 run without a GPU (slower than float32 on most CPUs; off by default)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory (large models)."""
     share_prompt_prefix: bool = True
@@ -302,7 +306,14 @@ class GRPOConfig:
              f"must divide the batch B = num_prompts*num_generations = {self.batch_size} (or None)")
         # hardware
         choice("device", ("auto", "cpu", "cuda"))
+        if self.device == "cuda":
+            import torch
+
+            need(torch.cuda.is_available(), "device",
+                 "no CUDA GPU is visible to torch (torch.cuda.is_available() is False); "
+                 "use device='cpu' or 'auto', or install a CUDA build of torch")
         boolean("bf16")
+        boolean("bf16_on_cpu")
         boolean("gradient_checkpointing")
         integer("threads", 1, optional=True)
         # bookkeeping

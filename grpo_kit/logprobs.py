@@ -1,40 +1,96 @@
-"""Per-token log-probabilities and entropies of completions under a causal LM."""
+"""Per-token log-probabilities and entropies of completions under a causal LM.
+
+dtype policy (see ``step.py``): the model's logits arrive in the forward's dtype (bf16 under
+autocast) and stay in it; the temperature is applied in float32 *inside* the log-softmax, a
+chunk of rows at a time, so no full (B, Tc, V) float32 copy is made, in the forward or in the
+backward (:class:`_ChunkedLogProb` recomputes the softmax chunk by chunk in backward).
+"""
 from __future__ import annotations
 
 import torch
 
 from .sampling import position_ids_from_mask, prefill, repeated_groups
 
+LOGSOFTMAX_CHUNK = 2**22  # float32 elements (16 MiB) of log-softmax held at once for low-precision logits
+ENTROPY_CHUNK = LOGSOFTMAX_CHUNK  # the same bound for entropy_from_logits
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log p(target) per position: logits (B, T, V), targets (B, T) -> (B, T) float32.
 
-    float32 logits: gather minus logsumexp, with no (B, T, V) log-softmax copy. Lower
-    precision: one row at a time in float32, so the full-vocab float32 copy is one row.
+def _rows_per_chunk(logits: torch.Tensor, chunk_elements: int) -> int:
+    B, T, V = logits.shape
+    return max(1, chunk_elements // max(T * V, 1))
+
+
+def _as_row_temps(temperature, B: int, device) -> torch.Tensor:
+    """Temperature as a float32 (B, 1, 1) tensor (a float, (B, 1) or (B, 1, 1) in)."""
+    t = torch.as_tensor(temperature, dtype=torch.float32, device=device)
+    return t.reshape(-1, 1, 1).expand(B, 1, 1) if t.numel() in (1, B) else t  # (B, 1, 1)
+
+
+class _ChunkedLogProb(torch.autograd.Function):
+    """log softmax(logits / T)[target] for low-precision logits (B, T, V) -> float32 (B, T).
+
+    Forward and backward each hold one chunk of rows in float32; the graph keeps only the
+    low-precision logits (which the caller holds anyway) and the (B, T) log-sum-exp.
+    Gradient: d logp / d logits = (onehot(target) - softmax(logits / T)) / T.
     """
-    if logits.dtype in (torch.float32, torch.float64):  # float64: tests that compare with TRL
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        return picked - torch.logsumexp(logits, dim=-1)  # (B, T)
-    rows = [torch.log_softmax(l.float(), -1).gather(-1, t.unsqueeze(-1)).squeeze(-1)
-            for l, t in zip(logits, targets)]
-    return torch.stack(rows)  # (B, T)
+
+    @staticmethod
+    def forward(ctx, logits, targets, temps, rows):
+        out, lse = [], []
+        for l, t, tt in zip(logits.split(rows), targets.split(rows), temps.split(rows)):
+            z = l.float() / tt  # (b, T, V) float32, one chunk
+            s = torch.logsumexp(z, -1)  # (b, T)
+            out.append(z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - s)  # (b, T)
+            lse.append(s)
+        ctx.save_for_backward(logits, targets, temps, torch.cat(lse))
+        ctx.rows = rows
+        return torch.cat(out)  # (B, T)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, targets, temps, lse = ctx.saved_tensors
+        grads = []
+        for l, t, tt, s, g in zip(logits.split(ctx.rows), targets.split(ctx.rows), temps.split(ctx.rows),
+                                  lse.split(ctx.rows), grad_out.split(ctx.rows)):
+            p = torch.exp(l.float() / tt - s.unsqueeze(-1))  # (b, T, V) softmax, float32, one chunk
+            grad = -p
+            grad.scatter_add_(-1, t.unsqueeze(-1), torch.ones_like(t, dtype=grad.dtype).unsqueeze(-1))
+            grads.append((grad * (g.unsqueeze(-1) / tt)).to(logits.dtype))  # (b, T, V)
+        return torch.cat(grads), None, None, None
 
 
-ENTROPY_CHUNK = 2**22  # float32 elements (16 MiB) of log-softmax held at once by entropy_from_logits
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature=1.0,
+                   chunk_elements: int = LOGSOFTMAX_CHUNK) -> torch.Tensor:
+    """log p(target) per position under softmax(logits / temperature): logits (B, T, V),
+    targets (B, T), temperature a float or (B, 1) / (B, 1, 1) -> (B, T) float32.
+
+    float32 logits: gather minus logsumexp (no log-softmax copy; one scaled copy when T != 1).
+    Lower precision (bf16): :class:`_ChunkedLogProb`, float32 one chunk of rows at a time.
+    """
+    plain_t = not isinstance(temperature, torch.Tensor) and temperature == 1.0
+    if logits.dtype in (torch.float32, torch.float64):  # float64: the TRL parity tests
+        z = logits if plain_t else logits / _as_row_temps(temperature, logits.shape[0], logits.device)  # (B, T, V)
+        picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        return picked - torch.logsumexp(z, dim=-1)  # (B, T)
+    temps = _as_row_temps(temperature, logits.shape[0], logits.device)  # (B, 1, 1) float32
+    return _ChunkedLogProb.apply(logits, targets, temps, _rows_per_chunk(logits, chunk_elements))  # (B, T)
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_elements: int = ENTROPY_CHUNK) -> torch.Tensor:
-    """Entropy of the next-token distribution per position: (B, T, V) -> (B, T).
+def entropy_from_logits(logits: torch.Tensor, temperature=1.0, chunk_elements: int = ENTROPY_CHUNK) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) per position: (B, T, V) -> (B, T) float32.
 
     Rows are taken a chunk at a time, as many as fit in ``chunk_elements`` float32 values, so
     the float32 copy stays small for a big vocabulary while a tiny model does one batched call
-    (a Python loop over rows used to cost a tenth of the tiny model's step).
+    (a Python loop over rows used to cost a tenth of the tiny model's step). With gradients
+    (an entropy bonus) autograd keeps each chunk's float32 log-softmax for backward.
     """
-    B, T, V = logits.shape
-    rows = max(1, chunk_elements // max(T * V, 1))
+    plain_t = not isinstance(temperature, torch.Tensor) and temperature == 1.0
+    temps = _as_row_temps(temperature, logits.shape[0], logits.device)  # (B, 1, 1)
+    rows = _rows_per_chunk(logits, chunk_elements)
     out = []
-    for l in logits.split(rows):  # (b, T, V) with b <= rows
-        logp = torch.log_softmax(l if l.dtype == torch.float64 else l.float(), -1)  # (b, T, V)
+    for l, tt in zip(logits.split(rows), temps.split(rows)):  # (b, T, V) with b <= rows
+        x = l if l.dtype == torch.float64 else l.float()  # float64 stays (TRL parity tests)
+        logp = torch.log_softmax(x if plain_t else x / tt, -1)  # (b, T, V)
         out.append(-(logp.exp() * logp).sum(-1))  # (b, T)
     return torch.cat(out)  # (B, T)
 
@@ -48,9 +104,13 @@ def activation_checkpointing(model) -> bool:
 
 
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                      temperature: float = 1.0, group_size: int = 1) -> torch.Tensor:
-    """Logits that predict each completion token: (B, Tc, V), divided by the sampling temperature
-    (as TRL does, so that log-probs are those of the distribution that was sampled).
+                      group_size: int = 1) -> torch.Tensor:
+    """Logits that predict each completion token: (B, Tc, V), in the forward's dtype (bf16 under
+    autocast), *not* divided by the temperature (:func:`token_logprobs` does that in float32).
+
+    Only completion positions reach the vocabulary projection: the plain forward asks the model
+    for the last Tc + 1 positions (``logits_to_keep``), the shared-prompt forward for the last
+    prompt position and the completion positions.
 
     ``group_size`` G > 1: rows come in runs of G identical prompts (as ``sample_groups`` lays
     them out), so each prompt is encoded once into a key-value cache that the G completions
@@ -58,34 +118,38 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
     log-probs equal the plain forward's up to float rounding (a few 1e-6 on the tiny model). A
     model that cannot take a cache in training (gradient checkpointing) gets the plain forward.
     """
-    Tp = prompt_ids.shape[1]
+    Tp, Tc = prompt_ids.shape[1], completion_ids.shape[1]
     attn = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (B, Tp+Tc)
     pos = position_ids_from_mask(attn)  # (B, Tp+Tc)
     checkpointing = model.training and activation_checkpointing(model)
     if group_size > 1 and not checkpointing and repeated_groups(prompt_ids, group_size) \
             and repeated_groups(prompt_mask, group_size):
         first, cache = prefill(model, prompt_ids, prompt_mask, group_size, logits_to_keep=1)  # logits (B, 1, V)
-        out = model(input_ids=completion_ids, attention_mask=attn, position_ids=pos[:, Tp:], use_cache=True,
-                    **cache)  # logits (B, Tc, V)
-        logits = torch.cat([first.logits, out.logits[:, :-1]], dim=1)  # (B, Tc, V) t predicts token t
-    else:
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
-        out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False)
-        logits = out.logits[:, Tp - 1:-1, :]  # (B, Tc, V) position t predicts completion token t
-    if isinstance(temperature, torch.Tensor) or temperature != 1.0:
-        logits = logits / temperature  # temperature: float or (B, 1, 1)
-    return logits
+        if Tc == 1:
+            return first.logits  # (B, 1, V)
+        out = model(input_ids=completion_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, Tp:-1],
+                    use_cache=True, **cache)  # logits (B, Tc-1, V): the last completion token predicts nothing
+        return torch.cat([first.logits, out.logits], dim=1)  # (B, Tc, V) t predicts token t
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                logits_to_keep=Tc + 1)  # logits (B, Tc+1, V): positions Tp-1 .. Tp+Tc-1
+    return out.logits[:, :-1, :]  # (B, Tc, V) position Tp-1+t predicts completion token t
 
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                         temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
                         group_size: int = 1):
-    """(B, Tc) log-probs of the completion tokens, and (B, Tc) entropies if asked (else None).
+    """(B, Tc) float32 log-probs of the completion tokens under softmax(logits / temperature), and
+    (B, Tc) entropies if asked (else None). ``temperature``: a float or (B, 1) / (B, 1, 1) tensor
+    (the sampling temperature, as TRL does, so that log-probs are those of the distribution
+    that was sampled).
 
     ``entropy_grad=True`` keeps the entropies in the graph (for an entropy bonus in the loss);
     ``group_size``: see :func:`completion_logits` (shares each group's prompt encoding)."""
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature,
-                               group_size)
-    logp = token_logprobs(logits, completion_ids)  # (B, Tc)
-    ent = entropy_from_logits(logits if entropy_grad else logits.detach()) if with_entropy else None  # (B, Tc)
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                               group_size)  # (B, Tc, V) forward dtype
+    logp = token_logprobs(logits, completion_ids, temperature)  # (B, Tc) float32
+    ent = None
+    if with_entropy:
+        ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)  # (B, Tc)
     return logp, ent

@@ -3,7 +3,13 @@
 Row ``b = p * G + g`` holds completion ``g`` of prompt ``p``, so any (B,) tensor reshapes to
 (P, G) with ``.view(P, G)``. Generation is a plain loop over a key-value cache that works for
 any Hugging Face causal LM; sampling draws from a ``torch.Generator`` whose state is
-checkpointed, which is what makes resumed runs exact.
+checkpointed, which is what makes resumed runs exact. The generator must live on the model's
+device (``torch.multinomial`` draws on the device of the probabilities).
+
+Sampling runs under whatever autocast the caller set (``train.grpo_step`` uses the run's, the
+one scoring uses: see the dtype policy in ``step.py``); the sampling distribution is the
+float32 softmax of the last position's logits over the temperature, and
+``Rollouts.sampling_logp`` keeps the log-prob of each sampled token under it.
 
 The completion mask is 1 up to and including the first EOS and 0 after it; a row that never
 emits EOS within ``max_new_tokens`` is *truncated* (``is_truncated``).
@@ -25,6 +31,7 @@ class Rollouts:
     prompts: list[str]             # (B,) prompt text of each row
     completions: list[str]         # (B,) decoded completion text, special tokens removed
     num_generations: int           # G
+    sampling_logp: torch.Tensor | None = None  # (B, Tc) float32 log-prob of each token when it was sampled
 
     @property
     def num_prompts(self) -> int:
@@ -99,13 +106,16 @@ def prefill(model, prompt_ids, prompt_mask, group_size: int = 1, **kwargs):
 
 @torch.no_grad()
 def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int,
-             temperature=1.0, generator: torch.Generator | None = None, group_size: int = 1):
+             temperature=1.0, generator: torch.Generator | None = None, group_size: int = 1,
+             return_logp: bool = False):
     """Sample continuations; ``temperature`` is a float or a (B, 1) tensor, 0 means greedy.
 
     ``group_size``: rows come in runs of this many identical prompts (see :func:`prefill`);
     the prompts are then encoded once per group.
 
-    Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens.
+    Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens; with
+    ``return_logp`` also (B, Tc) float32 log-probs of the sampled tokens under the sampling
+    distribution (log-softmax of logits / temperature; 0 on greedy rows).
     """
     B = prompt_ids.shape[0]
     device = prompt_ids.device
@@ -115,14 +125,20 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     pos = position_ids_from_mask(attn)  # (B, Tp)
     out, cache = prefill(model, prompt_ids, attn, group_size, logits_to_keep=1)
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
-    tokens = []
+    tokens, logps = [], []
     for t in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()  # (B, V)
         tok = logits.argmax(-1)  # (B,)
         if not bool(greedy.all()):  # greedy decoding draws no random numbers
-            probs = torch.softmax(logits / temps.clamp(min=1e-6), dim=-1)  # (B, V)
+            z = logits / temps.clamp(min=1e-6)  # (B, V)
+            probs = torch.softmax(z, dim=-1)  # (B, V)
             sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
             tok = torch.where(greedy.squeeze(-1), tok, sampled)  # (B,)
+            if return_logp:
+                lp = torch.log_softmax(z, -1).gather(-1, tok[:, None]).squeeze(-1)  # (B,)
+                logps.append(torch.where(greedy.squeeze(-1), torch.zeros_like(lp), lp))
+        elif return_logp:
+            logps.append(torch.zeros(B, device=device))
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
         done = done | (tok == eos_id)
@@ -132,7 +148,10 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
         pos = pos[:, -1:] + 1  # (B, 1)
         out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=pos, use_cache=True, **cache)
     completion_ids = torch.stack(tokens, dim=1)  # (B, Tc)
-    return completion_ids, completion_mask_from_ids(completion_ids, eos_id)
+    completion_mask = completion_mask_from_ids(completion_ids, eos_id)  # (B, Tc)
+    if return_logp:
+        return completion_ids, completion_mask, torch.stack(logps, dim=1) * completion_mask  # (B, Tc)
+    return completion_ids, completion_mask
 
 
 def render_prompt(tokenizer, prompt) -> str:
@@ -160,17 +179,21 @@ def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, ma
     if num_generations < 1:
         raise ValueError(f"num_generations={num_generations}: need at least 1")
     device = next(model.parameters()).device
+    if generator is not None and generator.device.type != device.type:
+        raise ValueError(f"the sampling generator is on {generator.device} but the model on {device}: "
+                         f"make it with torch.Generator({device.type!r})")
     P, G = len(prompts), num_generations
     rows = [p for p in prompts for _ in range(G)]  # (B,) prompt p repeated G times, contiguous
     prompt_ids, prompt_mask = encode_prompts(tokenizer, rows, device)
     temps = row_temperatures(temperature, P, G, device)  # (B, 1)
     was_training = model.training
     model.eval()
-    completion_ids, completion_mask = generate(
+    completion_ids, completion_mask, sampling_logp = generate(
         model, prompt_ids, prompt_mask, max_new_tokens, tokenizer.eos_token_id,
-        tokenizer.pad_token_id, temps, generator, group_size=G)
+        tokenizer.pad_token_id, temps, generator, group_size=G, return_logp=True)
     model.train(was_training)
     has_eos = ((completion_ids == tokenizer.eos_token_id) & completion_mask.bool()).any(-1)  # (B,)
     texts = tokenizer.batch_decode(completion_ids * completion_mask + tokenizer.pad_token_id * (1 - completion_mask),
                                    skip_special_tokens=True)
-    return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, ~has_eos, rows, texts, G)
+    return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, ~has_eos, rows, texts, G,
+                    sampling_logp)

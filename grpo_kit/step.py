@@ -4,9 +4,30 @@ Given rollouts (B = P*G completions) and their advantages, one call does ``num_i
 optimizer updates. Each update walks the batch in micro-batches of ``micro_batch_size`` rows,
 back-propagates each micro-batch's share of the loss (gradient accumulation: the shares add
 up to the loss of the whole batch, see ``losses.aggregate``), clips the global gradient norm
-and steps; a learning-rate scheduler advances once per optimizer update. On CUDA the forward passes
-run under bf16 autocast; on CPU everything is float32 (a float64 model stays float64: the TRL
-parity tests run in float64).
+and steps; a learning-rate scheduler advances once per optimizer update.
+
+dtype policy (``autocast_for``; the same code runs on CUDA and, for tests, on CPU):
+
+- Weights, gradients and AdamW state are float32 (the master copy). With ``cfg.bf16`` on CUDA
+  (or ``cfg.bf16`` and ``cfg.bf16_on_cpu`` on a CPU) every forward runs under
+  ``torch.autocast(device, bfloat16)``: sampling, the reference and old-policy log-probs and
+  the training forward alike, so that the policy that samples is the policy that is scored and
+  with ``num_iterations > 1`` the ratio is exactly 1 at the first update. Plain CPU training
+  (the default) is float32 throughout.
+- Logits: only completion positions are projected onto the vocabulary (``logits_to_keep`` on
+  the plain path; the shared-prompt path keeps the last prompt position only), and they stay
+  in the forward's dtype (bf16 under autocast, (B, Tc, V)) until the log-softmax. The
+  temperature divides them in float32 inside the log-softmax, one chunk of rows at a time
+  (``logprobs.LOGSOFTMAX_CHUNK`` elements), in the forward and in the backward, so no
+  (B, Tc, V) float32 copy is made (dividing bf16 logits by a float32 temperature tensor would
+  upcast them all: about 40 GB at a 150k vocabulary with B = 128, Tc = 512).
+- Log-probs (B, Tc), ratios, KL, advantages and the loss are float32 (a float64 model stays
+  float64: the TRL parity tests run in float64).
+- Sampling draws from float32 probabilities of the last position's (bf16) logits.
+
+Tests that check bit-exact equality pin ``device="cpu"`` with bf16 off (float32 is
+deterministic there); the bf16 tests compare within bf16 tolerance, except the first-update
+ratio, which is exact because old and new log-probs come from the same forward.
 
 A non-finite loss or gradient norm skips the optimizer step (weights and optimizer state
 untouched) and reports ``skipped`` = the number of skipped updates; so does a batch whose
@@ -24,15 +45,23 @@ from .losses import aggregate, entropy_bonus, grpo_per_token_loss
 from .sampling import Rollouts, row_temperatures
 
 
-def autocast_for(device: torch.device, bf16: bool):
-    if device.type == "cuda" and bf16:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def autocast_for(device: torch.device | str, bf16: bool, on_cpu: bool = False):
+    """The autocast context every forward of a run uses: bf16 on CUDA when ``bf16``; on a CPU only
+    when ``on_cpu`` too (``cfg.bf16_on_cpu``: the CUDA code path, run in CI); else none (float32)."""
+    device = torch.device(device)
+    if bf16 and (device.type == "cuda" or (device.type == "cpu" and on_cpu)):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
 
 
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     """bf16/fp16/fp32 -> float32; float64 stays float64 (tests compare with TRL in float64)."""
     return x if x.dtype == torch.float64 else x.float()
+
+
+def run_autocast(cfg, device):
+    """``autocast_for`` with a config's ``bf16`` / ``bf16_on_cpu``."""
+    return autocast_for(device, cfg.bf16, getattr(cfg, "bf16_on_cpu", False))
 
 
 def micro_slices(B: int, micro: int | None) -> list[slice]:
@@ -53,12 +82,11 @@ def shared_group(s: slice, G: int, share: bool) -> int:
     return G if share and s.start % G == 0 and (s.stop - s.start) % G == 0 else 1
 
 
-@torch.no_grad()
 def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False) -> torch.Tensor:
     """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
     out = []
     for s in slices:
-        with ctx:
+        with ctx, torch.inference_mode():
             lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                         rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s],
                                         group_size=shared_group(s, rollouts.num_generations, share_prompt))
@@ -75,7 +103,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     loss (no gradient, not in the token count); when no row is left the update is skipped.
     """
     device = next(policy.parameters()).device
-    ctx = autocast_for(device, cfg.bf16)
+    ctx = run_autocast(cfg, device)
     B = rollouts.completion_ids.shape[0]
     adv = at_least_fp32(advantages.reshape(B).to(device))  # (B,)
     mask = loss_mask(rollouts, cfg.mask_truncated_completions)  # (B, Tc)

@@ -30,13 +30,13 @@ import torch
 
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, RunFolderError, TrainingError
+from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, is_conversational, score_with_policy, trl_reward_kwargs
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import length_metrics, reward_metrics
 from .sampling import render_prompt, sample_groups
-from .step import train_step
+from .step import run_autocast, train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
 
@@ -67,7 +67,7 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise CheckpointError("device='cuda' but no CUDA GPU is visible; use device='cpu' or 'auto'")
+        raise ConfigError("GRPOConfig.device='cuda': no CUDA GPU is visible to torch; use device='cpu' or 'auto'")
     return torch.device(name)
 
 
@@ -134,8 +134,9 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
         eval_items = check_prompts(policy, tokenizer, eval_items, cfg.max_completion_length, cfg.truncate_prompts,
                                    "eval_items")
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
+    sample_device = next(policy.parameters()).device  # torch.multinomial draws where the logits are
     return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
-               torch.Generator().manual_seed(cfg.seed), torch.Generator(device).manual_seed(cfg.seed + 1))
+               torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1))
 
 
 def grpo_step(run: Run) -> dict:
@@ -144,8 +145,9 @@ def grpo_step(run: Run) -> dict:
     idx = torch.randint(len(run.train_items), (cfg.num_prompts,), generator=run.data_gen).tolist()
     items = [run.train_items[i] for i in idx]
     G = cfg.num_generations
-    rollouts = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
-                             G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
+        rollouts = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
+                                 G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
     prompts, completions = rollouts.prompts, rollouts.completions
     if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
         prompts = [it["prompt"] for it in items for _ in range(G)]
@@ -453,7 +455,10 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
             "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
             "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
             "torch_rng": torch.get_rng_state(), "fingerprints": fingerprints(run.cfg),
+            "device": run.sample_gen.device.type,
         }
+        if torch.cuda.is_available():
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
         writing = tmp / STATE_FILE
         torch.save(state, tmp / STATE_FILE)
     except Exception as e:
@@ -518,7 +523,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
 
     path = Path(path)
     try:
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
         weights = load_file(path / "model.safetensors")
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
@@ -554,8 +559,10 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         run.scheduler.load_state_dict(state["scheduler"])
         _follow_schedule(run)
         run.data_gen.set_state(state["data_gen"])
-        run.sample_gen.set_state(state["sample_gen"])
+        _restore_sample_gen(run, state, path)
         torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available() and len(state["cuda_rng"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
     except (RuntimeError, ValueError, TypeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -590,6 +597,19 @@ def _plain(v):
 
 def _json_line(m: dict) -> str:
     return json.dumps(m, default=_plain)
+
+
+def _restore_sample_gen(run: Run, state: dict, path: Path) -> None:
+    """Continue the sampling stream; a checkpoint from another device type (a CUDA generator's
+    state does not fit a CPU one) starts a new stream, seeded by seed and step, with a warning."""
+    saved = state.get("device", "cpu")
+    if saved == run.sample_gen.device.type:
+        run.sample_gen.set_state(state["sample_gen"])
+        return
+    run.sample_gen.manual_seed(run.cfg.seed + 1 + 1_000_003 * state["step"])
+    log.warning("checkpoint %s was written on %s and resumes on %s: weights, optimizer and prompt order carry "
+                "over, but the sampled tokens cannot continue the same random stream (device generators differ), "
+                "so this run will not repeat a straight %s run exactly", path, saved, run.sample_gen.device.type, saved)
 
 
 def write_history(history: list[dict], path: str | Path) -> None:

@@ -19,5 +19,7 @@ def tiny():
 def small_cfg():
     from grpo_kit.config import GRPOConfig
 
+    # device="cpu": several tests compare runs bit for bit (resume == straight run), which holds
+    # in CPU float32 and not under CUDA bf16 autocast on a machine with a GPU
     return GRPOConfig(steps=4, num_prompts=4, num_generations=4, eval_every=0, eval_size=20,
-                      checkpoint_every=0, threads=1)
+                      checkpoint_every=0, threads=1, device="cpu")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
-from benchmarks import bench_step, sweep  # noqa: E402
+from benchmarks import bench_step, gpu_check, sweep  # noqa: E402
 
 TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
 
@@ -40,3 +40,15 @@ def test_sweep_writes_json_and_png(tmp_path):
                       "--warmup", "0", "--threads", "1", "--out", str(tmp_path)])
     assert [(p["G"], p["length"], p["B"]) for p in pts] == [(2, 3, 4)]  # the length axis repeats (2, 3): run once
     assert (tmp_path / "sweep.png").stat().st_size > 0 and json.loads((tmp_path / "sweep.json").read_text())["points"]
+
+
+def test_gpu_check_runs_its_checks_on_cpu(tmp_path):
+    """The GPU check's code path (bf16 autocast, reference, two updates, resume) on a CPU, small sizes."""
+    out = tmp_path / "gpu.json"
+    res = gpu_check.main(["--device", "cpu", "--small", "--steps", "1", "--prompts", "2", "-G", "2", "--length", "3",
+                          "--threads", "1", "--out", str(out)])
+    assert [r["model"] for r in res] == ["tiny", "qwen2-0.5b"] and json.loads(out.read_text())[0]["checks"]
+    for r in res:
+        assert r["ok"], r["checks"]
+        assert r["first_update_max_logp_diff"] == 0.0 and r["resume_max_weight_diff"] == 0.0
+        assert r["peak_memory_bytes"] > 0 and r["estimated_peak_bytes"] > 0

@@ -1,0 +1,84 @@
+"""The memory estimator: parameter counts against real models, parts worked by hand, the
+micro-batch suggestion, and the estimate against measured peak RSS of real steps."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_kit.memory import (estimate_memory, lora_parameter_count, memory_table, model_shape, parameter_count,
+                             suggest_micro_batch)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+from benchmarks import memory_check  # noqa: E402
+
+# a toy shape whose numbers are easy to follow by hand
+TOY = dict(vocab_size=10, hidden_size=4, intermediate_size=8, num_hidden_layers=2, num_attention_heads=2,
+           num_key_value_heads=1, tie_word_embeddings=True)
+
+
+def test_parameter_count_matches_the_real_models():
+    from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tiny_cfg = memory_check.model_config("tiny")
+    assert parameter_count(model_shape(tiny_cfg)) == sum(p.numel() for p in LlamaForCausalLM(tiny_cfg).parameters())
+    qwen = Qwen2Config(**{**TOY, "vocab_size": 50, "hidden_size": 8, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "tie_word_embeddings": False})  # q/k/v biases, untied head
+    assert parameter_count(model_shape(qwen)) == sum(p.numel() for p in Qwen2ForCausalLM(qwen).parameters())
+    # Qwen2-0.5B: 494M parameters (its model card), from the shape alone
+    assert parameter_count(model_shape(memory_check.QWEN2_05B)) == pytest.approx(494e6, rel=0.002)
+
+
+def test_toy_shape_by_hand():
+    s = model_shape(TOY)  # head_dim 2, q = 4, kv = 2
+    # per layer: q 4*4 + k 4*2 + v 4*2 + o 4*4 + MLP 3*4*8 + 2 norms of 4 = 152; embeddings 40; final norm 4
+    assert parameter_count(s) == 40 + 2 * 152 + 4 == 348
+    assert lora_parameter_count(s, r=2, targets=("q_proj", "v_proj")) == 2 * (2 * (4 + 4) + 2 * (4 + 2)) == 56
+    e = estimate_memory(TOY, P=1, G=2, prompt_len=3, completion_len=2)
+    assert (e["weights"], e["gradients"], e["optimizer"], e["reference"]) == (4 * 348, 4 * 348, 8 * 348, 0)
+    assert estimate_memory(TOY, 1, 2, 3, 2, beta=0.04)["reference"] == 4 * 348
+    lora = estimate_memory(TOY, 1, 2, 3, 2, beta=0.04, lora_r=2, lora_targets=("q_proj", "v_proj"))
+    assert (lora["reference"], lora["gradients"], lora["optimizer"]) == (0, 4 * 56, 8 * 56)  # adapter off = reference
+    # logits of a float32 micro-batch: b*Tc*V = 2*2*10 = 40 elements, kept + gradient (2 x 160 B) + 3 float32
+    # temporaries (480 B) + the hidden states fed to the head 2*(2+1)*4 floats (96 B)
+    assert e["logits"] == 320 + 480 + 96
+    # bf16: logits and their gradient in bf16 (2 x 80 B), float32 chunk temporaries, the same hidden states
+    assert estimate_memory(TOY, 1, 2, 3, 2, bf16=True)["logits"] == 160 + 480 + 96
+    # generation cache: 2 (k, v) x 2 layers x 2 rows x 5 tokens x kv 2 x 4 B + 3 float32 (B, V)
+    assert e["kv_cache"] == 2 * 2 * 2 * 5 * 2 * 4 + 3 * 2 * 10 * 4
+    assert "| **peak** (at " in memory_table(e, unit="MiB")
+
+
+def test_bigger_batches_need_more_and_checkpointing_needs_less():
+    cfg = memory_check.QWEN2_05B
+    kw = dict(P=16, G=8, prompt_len=256, completion_len=512, bf16=True)
+    small, big = (estimate_memory(cfg, micro_batch=b, **kw)["peak"] for b in (8, 64))
+    assert small < big
+    acts = estimate_memory(cfg, micro_batch=64, **kw)["activations"]
+    assert estimate_memory(cfg, micro_batch=64, gradient_checkpointing=True, **kw)["activations"] < acts / 4
+    with pytest.raises(ValueError, match="must divide"):
+        estimate_memory(cfg, micro_batch=3, **kw)
+
+
+def test_suggest_micro_batch_is_the_largest_divisor_that_fits():
+    cfg = memory_check.QWEN2_05B
+    kw = dict(P=16, G=8, prompt_len=256, completion_len=512, bf16=True)
+    peak = {b: estimate_memory(cfg, micro_batch=b, **kw)["peak"] for b in (8, 16)}
+    assert suggest_micro_batch(peak[16], cfg, **kw) == 16
+    assert suggest_micro_batch(peak[16] - 1, cfg, **kw) == 8  # 12..15 do not divide B = 128
+    assert suggest_micro_batch(10 * 2**20, cfg, **kw) is None  # 10 MiB: not even the weights
+    assert suggest_micro_batch(80 * 2**30, cfg, **kw) >= suggest_micro_batch(24 * 2**30, cfg, **kw)
+
+
+def test_estimate_within_25_percent_of_measured_peak_rss_tiny_model():
+    if not Path("/proc/self/status").exists():
+        pytest.skip("peak RSS is read from /proc (Linux)")
+    r = memory_check.run_case("tiny", steps=2, bf16=False, beta=0.0, threads=1)
+    assert abs(r["error"]) < 0.25, r
+
+
+@pytest.mark.full
+def test_estimate_within_25_percent_of_measured_peak_rss_qwen2_shape_slice():
+    """Two layers of Qwen2-0.5B's shape with its full vocabulary (~3.7 GB: embeddings, AdamW, logits)."""
+    r = memory_check.run_case("qwen2-0.5b-2layers", steps=2, bf16=False, beta=0.0, threads=1)
+    assert abs(r["error"]) < 0.25, r
