@@ -148,8 +148,9 @@ def _cell_colour(value, lo: float, hi: float, diverging: bool) -> str:
     if diverging:
         t = max(-1.0, min(1.0, value / max(abs(lo), abs(hi), 1e-9)))  # in [-1, 1]
         rgb = (255 - 155 * t, 255 - 100 * t, 255) if t >= 0 else (255, 255 + 155 * t, 255 + 155 * t)
-    else:
-        t = 0.5 if hi == lo else (value - lo) / (hi - lo)  # in [0, 1]
+    else:  # 0 white, the larger of 1 and the highest reward full green
+        lo, hi = min(lo, 0.0), max(hi, 1.0)
+        t = max(0.0, min(1.0, (value - lo) / (hi - lo)))  # in [0, 1]
         rgb = (255 - 120 * t, 255, 255 - 120 * t)
     return "#%02x%02x%02x" % tuple(int(c) for c in rgb)
 
@@ -184,11 +185,13 @@ class Dashboard:
     ``total_steps``: steps of one run (the progress bar). ``live``: None = auto
     (:func:`frontend_available`), True = widgets, False = one static image at ``close()``.
     ``min_interval_s``: the shortest time between two redraws of the live figures.
+    ``height``/``width``: of the live figure in pixels (``width=None``: plotly's default).
     """
 
     def __init__(self, total_steps: int, title: str = "GRPO training", live: bool | None = None,
-                 min_interval_s: float = 1.0, height: int = 520):
-        self.total_steps, self.title, self.min_interval_s, self.height = int(total_steps), title, min_interval_s, height
+                 min_interval_s: float = 1.0, height: int = 540, width: int | None = 1100):
+        self.total_steps, self.title, self.min_interval_s = int(total_steps), title, min_interval_s
+        self.height, self.width = height, width
         self.live = frontend_available() if live is None else bool(live)
         self.series: dict[str, _Series] = {}
         self.marks: list[tuple[float, str, str | None]] = []
@@ -318,7 +321,8 @@ class Dashboard:
 
         base = make_subplots(rows=ROWS, cols=COLS, subplot_titles=[t for _, t in PANELS],
                              horizontal_spacing=0.06, vertical_spacing=0.16)
-        base.update_layout(height=self.height, margin=dict(l=40, r=20, t=70, b=40), title=self.title,
+        base.update_annotations(font_size=12)  # the subplot titles
+        base.update_layout(height=self.height, width=self.width, margin=dict(l=40, r=20, t=70, b=40), title=self.title,
                            legend=dict(orientation="h", y=-0.12), template="plotly_white")
         self.fig = go.FigureWidget(base)  # ImportError without anywidget
         self.progress = w.IntProgress(value=0, min=0, max=max(self.total_steps, 1), description="steps")
