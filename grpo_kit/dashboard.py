@@ -200,7 +200,7 @@ class Dashboard:
         self.overhead_s = 0.0          # time spent inside update() and redraws
         self.redraws = 0
         self._stop = threading.Event()
-        self._last_draw = 0.0
+        self._last_draw = -math.inf
         self._dirty = False
         self._closed = False
         self._t_start = time.perf_counter()
