@@ -204,7 +204,7 @@ class Dashboard:
         self._dirty = False
         self._closed = False
         self._t_start = time.perf_counter()
-        self.fig = None
+        self.fig = self.stop_button = None
         self._traces: dict[tuple[str, str, str], int] = {}   # (variant, panel, line) -> trace index
         self._shapes_drawn = 0
         if self.live:
@@ -220,11 +220,19 @@ class Dashboard:
         return self._stop.is_set()
 
     def request_stop(self) -> None:
-        """What the Stop button does (thread-safe): the run ends after the current step."""
+        """What the Stop button does: the run ends after the current step."""
         self._stop.set()
-        if self.live and self.stop_button is not None:
-            self.stop_button.description = "stopping…"
-            self.stop_button.disabled = True
+        self._show_button()
+
+    def _show_button(self) -> None:
+        """Stop / stopping… / stopped / finished. Main thread only (a click that arrives while a cell
+        runs only sets the event, in the kernel's shell-channel thread; the next update shows it)."""
+        if self.stop_button is None:
+            return
+        stop = self._stop.is_set()
+        text = ("stopped" if stop else "finished") if self._closed else ("stopping…" if stop else "Stop")
+        if self.stop_button.description != text:
+            self.stop_button.description, self.stop_button.disabled = text, text != "Stop"
 
     @property
     def stopped(self) -> bool:
@@ -258,6 +266,7 @@ class Dashboard:
             self.samples, self.samples_step, self.samples_variant = m["samples"], step, name
         self._dirty = True
         if self.live:
+            self._show_button()
             now = time.perf_counter()
             if (now - self._last_draw >= self.min_interval_s or "accuracy" in m or m.get("stopped")
                     or step >= self.total_steps):
@@ -280,9 +289,7 @@ class Dashboard:
         self._closed = True
         if self.live:
             self._redraw()
-            self.stop_button.disabled = True
-            if not self.stopped:
-                self.stop_button.description = "finished"
+            self._show_button()
             return self.fig
         fig = self.static_figure()
         try:

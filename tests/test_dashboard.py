@@ -70,6 +70,9 @@ def test_stop_button_sets_should_stop_and_the_click_hook_fires_on_arrival():
     assert not dash.should_stop()
     dash.stop_button.click()                      # what ipywidgets does when the frontend reports a click
     assert dash.should_stop() and dash.stopped and dash.stop_button.disabled
+    assert dash.stop_button.description == "stopping…"
+    dash.close()
+    assert dash.stop_button.description == "stopped"
 
     class Comm:  # ipykernel 7's comm: the shell-channel thread asks it where a message goes
         def _reply_subshell_for(self, data, default):
