@@ -31,6 +31,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--interval", type=float, default=1.0, help="Dashboard min_interval_s (its default: 1.0)")
     ap.add_argument("--prompts", type=int, default=None, help="P (default: the demo's)")
     ap.add_argument("-G", type=int, default=None, help="G (default: the demo's)")
+    ap.add_argument("--eval-size", type=int, default=None, help="held-out problems per eval (default: the demo's)")
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args(argv)
 
@@ -43,6 +44,8 @@ def main(argv=None) -> dict:
         changes["num_prompts"] = args.prompts
     if args.G:
         changes["num_generations"] = args.G
+    if args.eval_size:
+        changes["eval_size"] = args.eval_size
     cfg = GRPOConfig().replace(**changes)
     plain_run, dash_run = setup(cfg), setup(cfg)
     dash = Dashboard(total_steps=cfg.steps, title="overhead benchmark", live=True, min_interval_s=args.interval)

@@ -71,6 +71,11 @@ LINES = {
     "grad_norm": [("grad_norm", "grad norm")],
 }
 ROWS, COLS = 2, 4
+# Test hook: with GRPO_KIT_DASHBOARD_STEP_DELAY=<seconds> in the kernel's environment every update()
+# waits that long or until Stop is pressed, so the browser test can press Stop in the middle of a
+# short smoke run even when a loaded machine draws the kernel's updates seconds late. Never set it
+# for real training.
+STEP_DELAY_ENV = "GRPO_KIT_DASHBOARD_STEP_DELAY"
 
 
 def variant_family(variant: str | None) -> str:
@@ -273,6 +278,8 @@ class Dashboard:
                 self._redraw()
                 self._last_draw = time.perf_counter()
         self.overhead_s += time.perf_counter() - t0
+        if STEP_DELAY_ENV in os.environ:  # test hook, see STEP_DELAY_ENV
+            self._stop.wait(float(os.environ[STEP_DELAY_ENV]))
 
     def mark(self, step, label: str, variant: str | None = None) -> None:
         """A vertical marker at ``step`` on every panel (e.g. a diagnostic finding), in the variant's colour."""

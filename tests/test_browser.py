@@ -57,6 +57,13 @@ JS_RUN_UPTO = """(index) => { const w = window.jupyterapp.shell.currentWidget; w
   const app = window.jupyterapp;
   app.commands.execute('notebook:run-all-above').then(() => app.commands.execute('notebook:run-cell'))
      .then(() => { window.__grpoDone = true; }, () => { window.__grpoDone = true; }); }"""
+# the Stop pass: each dashboard update in the kernel waits up to STEP_DELAY_S for Stop
+# (grpo_kit.dashboard.STEP_DELAY_ENV, set silently in the running kernel), so that a short smoke run
+# is still training when the click arrives however late the browser shows the dashboard
+STEP_DELAY_S = 10
+JS_SLOW_STEPS = """async (delay) => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  await k.requestExecute({code: `import os; os.environ['GRPO_KIT_DASHBOARD_STEP_DELAY'] = '${delay}'`,
+                          silent: true, store_history: false}).done; }"""
 JS_CELLS = """() => { const cells = window.jupyterapp.shell.currentWidget.content.model.cells; const out = [];
   for (let i = 0; i < cells.length; i++) { const c = cells.get(i);
     const j = c.toJSON(); out.push({type: c.type, source: Array.isArray(j.source) ? j.source.join('') : j.source,
@@ -257,6 +264,7 @@ def _press_stop(page, lab, name: str, cells: list[dict], shots: Path) -> str:
     """Re-run the cells up to the first one that makes a Dashboard; press Stop while it trains."""
     idx = next(i for i, c in enumerate(cells) if c["type"] == "code" and "Dashboard(" in c["source"])
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.evaluate(JS_SLOW_STEPS, STEP_DELAY_S)
     page.evaluate(JS_RUN_UPTO, idx)
     # Press Stop as soon as the button is there: the browser draws the kernel's updates with a lag
     # (seconds on a loaded machine), so waiting for a step to show could let a short smoke run finish.
@@ -270,7 +278,7 @@ def _press_stop(page, lab, name: str, cells: list[dict], shots: Path) -> str:
             raise AssertionError(f"{name}: cell {idx} never showed a dashboard with an enabled Stop button")
         page.wait_for_timeout(100)
     pressed_at = label.inner_text()
-    button.click()
+    button.evaluate("b => b.click()")  # a DOM click: no waiting for the redrawing figure to settle
     dash.screenshot(path=str(shots / "dashboard_stop_pressed.png"))
     _wait_idle(page, RUN_TIMEOUT_S, f"{name} (after Stop)")
     errs = _errors(page.evaluate(JS_CELLS), upto=idx)

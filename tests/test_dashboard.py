@@ -181,3 +181,29 @@ def test_right_and_wrong_lengths_and_the_group_sample_by_hand():
     tok = group_samples(["a"] * 6, ["p"] * 6, rewards, torch.ones(2, 3, 4) * torch.tensor([1.0, 3.0, 0.0, 0.0]))
     assert tok["advantages"] == [1.0, 1.0, 1.0]                          # (P, G, T): mean over tokens
     assert not any(isinstance(v, float) and math.isnan(v) for v in s2["rewards"] if v is not None)
+
+
+def test_the_overhead_benchmark_runs(capsys):
+    import sys
+    from pathlib import Path
+    pytest.importorskip("anywidget")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+    from benchmarks import dashboard_overhead
+
+    res = dashboard_overhead.main(["--steps", "2", "--prompts", "2", "-G", "2", "--threads", "1", "--eval-size", "2"])
+    assert res["steps"] == 2 and res["redraws"] >= 2 and res["update_s"] > 0   # first step and last step drawn
+    assert "wall overhead" in capsys.readouterr().out
+
+
+def test_the_browser_test_hook_waits_for_stop_and_no_longer(monkeypatch):
+    import time
+    monkeypatch.setenv(D.STEP_DELAY_ENV, "0.3")
+    dash = Dashboard(total_steps=3, live=False)
+    t0 = time.perf_counter()
+    dash.update(scripted(1, 0.5, 0.1))
+    assert time.perf_counter() - t0 >= 0.3              # waited for a Stop that did not come
+    monkeypatch.setenv(D.STEP_DELAY_ENV, "60")
+    dash.request_stop()
+    t0 = time.perf_counter()
+    dash.update(scripted(2, 0.5, 0.1))
+    assert time.perf_counter() - t0 < 5                  # Stop pressed: no wait
