@@ -92,10 +92,14 @@ def variant_colour(variant: str | None) -> str:
 
 
 def variant_style(variant: str | None) -> tuple[str, str]:
-    """(colour, plotly dash) of a variant: colour by family, dash by its last number (the seed)."""
-    rest = re.split(r"[\s(),:;/]+", (variant or "").strip(), maxsplit=1)[1:]  # after the first word
-    nums = re.findall(r"\d+", rest[0]) if rest else []
-    return variant_colour(variant), DASHES[int(nums[-1]) % len(DASHES)] if nums else "solid"
+    """(colour, plotly dash) of a variant: colour by family; dash by its last number (the seed), else by
+    the rest of its name (never solid, so it differs from the bare family name), else solid."""
+    rest = (re.split(r"[\s(),:;/]+", (variant or "").strip(), maxsplit=1)[1:] or [""])[0]  # after the first word
+    nums = re.findall(r"\d+", rest)
+    if nums:
+        return variant_colour(variant), DASHES[int(nums[-1]) % len(DASHES)]
+    # "grpo same-answers" vs "grpo same-updates": one colour, a dash fixed by the rest of the name
+    return variant_colour(variant), DASHES[1 + zlib.crc32(rest.lower().encode()) % (len(DASHES) - 1)] if rest else "solid"
 
 
 def frontend_available() -> bool:
@@ -194,7 +198,7 @@ class Dashboard:
     """
 
     def __init__(self, total_steps: int, title: str = "GRPO training", live: bool | None = None,
-                 min_interval_s: float = 1.0, height: int = 540, width: int | None = 1100):
+                 min_interval_s: float = 1.0, height: int = 540, width: int | None = 1000):
         self.total_steps, self.title, self.min_interval_s = int(total_steps), title, min_interval_s
         self.height, self.width = height, width
         self.live = frontend_available() if live is None else bool(live)

@@ -155,6 +155,9 @@ def test_a_variant_colour_is_fixed_by_its_family():
     assert variant_style("dr_grpo seed 2") == ("#ff7f0e", "dot")
     assert variant_style("GRPO (DeepSeekMath) seed 0") == ("#1f77b4", "solid")
     assert variant_style("rloo") == ("#9467bd", "solid")
+    # two sub-variants of one family without numbers: one colour, two dashes (neither solid)
+    assert variant_style("grpo same-answers") == ("#1f77b4", "dash")
+    assert variant_style("grpo same-updates") == ("#1f77b4", "dashdot")
     # an unknown family hashes with crc32 (not Python's per-process salted hash): the same in every notebook
     assert variant_colour("my_variant x") == variant_colour("MY_VARIANT seed 4") == "#7f7f7f"
     assert variant_colour("seed 0") == D.PALETTE[6]   # zlib.crc32(b"seed") = 1149756166
@@ -207,3 +210,25 @@ def test_the_browser_test_hook_waits_for_stop_and_no_longer(monkeypatch):
     t0 = time.perf_counter()
     dash.update(scripted(2, 0.5, 0.1))
     assert time.perf_counter() - t0 < 5                  # Stop pressed: no wait
+
+
+def test_a_headless_kernel_gets_the_static_image(tmp_path):
+    """papermill/nbclient start the kernel themselves (no JupyterLab): auto mode draws at close()."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    code = ("from grpo_kit.dashboard import Dashboard\n"
+            "dash = Dashboard(total_steps=2, title='headless')\n"
+            "for s in (1, 2):\n"
+            "    dash.update({'step': s, 'reward': 0.5 * s, 'reward_std': 0.1,\n"
+            "                 'samples': {'prompt': '1+1=', 'completions': ['2', '3'], 'rewards': [1.0, 0.0],\n"
+            "                             'advantages': [0.5, -0.5]}}, variant='grpo seed 0')\n"
+            "print('live' if dash.live else 'static')\n"
+            "dash.close();")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outs = nb.cells[0].outputs
+    assert [o.get("text") for o in outs if o.output_type == "stream"] == ["static\n"]
+    kinds = [k for o in outs if o.output_type == "display_data" for k in o.data]
+    assert "image/png" in kinds and "text/html" in kinds
+    html = next(o.data["text/html"] for o in outs if o.output_type == "display_data" and "text/html" in o.data)
+    assert "finished, 2 of 2 steps" in html and "latest group" in html
