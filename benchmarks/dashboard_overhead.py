@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/dashboard_overhead.py --steps 60 [--out runs/dashboard_overhead.json]
 
 Two identical runs (same config and seed: the demo's P=16 x G=8, evals every 50 steps) advance in
-lockstep, one step each in turn, so that a change in machine load hits both alike:
+lockstep, one step each in turn (ABBA order), so that a change in machine load hits both alike:
 - **plain**: ``for m in train(cfg, run): pass``
 - **dashboard**: ``for m in train(cfg, run, should_stop=dash.should_stop): dash.update(m, ...)`` with a
   live ``Dashboard`` (plotly ``FigureWidget`` panels, group table, progress, Stop button; no frontend
@@ -52,15 +52,25 @@ def main(argv=None) -> dict:
     plain = train(cfg, plain_run)
     with_dash = train(cfg, dash_run, should_stop=dash.should_stop)
     t_plain = t_dash = 0.0
-    for _ in range(cfg.steps):
+
+    def step_plain():
         t0 = time.perf_counter()
         next(plain)
-        t1 = time.perf_counter()
+        return time.perf_counter() - t0
+
+    def step_dash():
+        t0 = time.perf_counter()
         m = next(with_dash)
         dash.update(m, variant=f"grpo seed {cfg.seed}", run=dash_run)
-        t2 = time.perf_counter()
-        t_plain += t1 - t0
-        t_dash += t2 - t1
+        return time.perf_counter() - t0
+
+    for i in range(cfg.steps):  # ABBA order, so that going first or second favours neither
+        if i % 2 == 0:
+            t_plain += step_plain()
+            t_dash += step_dash()
+        else:
+            t_dash += step_dash()
+            t_plain += step_plain()
     t0 = time.perf_counter()
     dash.close()
     t_close = time.perf_counter() - t0
