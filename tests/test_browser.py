@@ -4,7 +4,7 @@ For each ``notebooks/*.ipynb`` (copied to a temporary folder, so nothing is save
 repository) with ``GRPO_KIT_SMOKE=1``: run all cells, wait until the kernel is idle, fail on any
 error output (and on cells that never ran); move the first slider of each slider panel and check
 that its readout and the Output widget it drives changed; where a cell trains with the live
-dashboard, re-run the cells up to it, press **Stop** while it trains and check that the run ended
+dashboard, re-run that cell (and, if needed, the cells above it), press **Stop** while it trains and check that the run ended
 early ("stopped at step k of N", k < N). When no notebook has a dashboard yet, a scratch notebook
 that trains 50 tiny steps with one (and an output folder) is added, and its checkpoint is checked.
 
@@ -52,10 +52,11 @@ JS_STATUS = """() => { const w = window.jupyterapp.shell.currentWidget;
 JS_RUN = """(cmd) => { window.__grpoDone = false;
   window.jupyterapp.commands.execute(cmd).then(() => { window.__grpoDone = true; },
                                                 () => { window.__grpoDone = true; }); }"""
-JS_RUN_UPTO = """(index) => { const w = window.jupyterapp.shell.currentWidget; window.__grpoDone = false;
+JS_RUN_UPTO = """([index, above]) => { const w = window.jupyterapp.shell.currentWidget; window.__grpoDone = false;
   w.content.activeCellIndex = index;
   const app = window.jupyterapp;
-  app.commands.execute('notebook:run-all-above').then(() => app.commands.execute('notebook:run-cell'))
+  (above ? app.commands.execute('notebook:run-all-above') : Promise.resolve())
+     .then(() => app.commands.execute('notebook:run-cell'))
      .then(() => { window.__grpoDone = true; }, () => { window.__grpoDone = true; }); }"""
 # the Stop pass: each dashboard update in the kernel waits up to STEP_DELAY_S for Stop
 # (grpo_kit.dashboard.STEP_DELAY_ENV, set silently in the running kernel), so that a short smoke run
@@ -194,11 +195,11 @@ def _wait_idle(page, timeout: float, what: str) -> None:
     raise AssertionError(f"{what}: the kernel was not idle after {timeout:.0f} s")
 
 
-def _errors(cells: list[dict], upto: int | None = None) -> list[str]:
-    """Error outputs, and code cells that never ran, as readable text."""
+def _errors(cells: list[dict], upto: int | None = None, start: int = 0) -> list[str]:
+    """Error outputs, and code cells that never ran, as readable text (cells start..upto)."""
     found = []
     for i, c in enumerate(cells[: None if upto is None else upto + 1]):
-        if c["type"] != "code" or not c["source"].strip():
+        if i < start or c["type"] != "code" or not c["source"].strip():
             continue
         for o in c["outputs"]:
             if o.get("output_type") == "error":
@@ -261,11 +262,24 @@ def _move_sliders(page, shots: Path, name: str) -> list[str]:
 
 
 def _press_stop(page, lab, name: str, cells: list[dict], shots: Path) -> str:
-    """Re-run the cells up to the first one that makes a Dashboard; press Stop while it trains."""
+    """Re-run the first cell that makes a Dashboard (in the kernel left by the full run; if that
+    does not give a run to stop, again after the cells above it) and press Stop while it trains."""
+    if name == STOP_NOTEBOOK:  # not run before: its kernel is fresh
+        return _press_stop_once(page, name, cells, shots, above=True)
+    try:
+        return _press_stop_once(page, name, cells, shots, above=False)
+    except AssertionError as first:
+        try:
+            return _press_stop_once(page, name, cells, shots, above=True)
+        except AssertionError as second:
+            raise AssertionError(f"{second}\n(re-running the dashboard cell alone: {first})") from None
+
+
+def _press_stop_once(page, name: str, cells: list[dict], shots: Path, above: bool) -> str:
     idx = next(i for i, c in enumerate(cells) if c["type"] == "code" and "Dashboard(" in c["source"])
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
     page.evaluate(JS_SLOW_STEPS, STEP_DELAY_S)
-    page.evaluate(JS_RUN_UPTO, idx)
+    page.evaluate(JS_RUN_UPTO, [idx, above])
     # Press Stop as soon as the button is there: the browser draws the kernel's updates with a lag
     # (seconds on a loaded machine), so waiting for a step to show could let a short smoke run finish.
     # The click reaches the kernel at once (see dashboard._stop_on_arrival); the run ends after its step.
@@ -281,8 +295,8 @@ def _press_stop(page, lab, name: str, cells: list[dict], shots: Path) -> str:
     button.evaluate("b => b.click()")  # a DOM click: no waiting for the redrawing figure to settle
     dash.screenshot(path=str(shots / "dashboard_stop_pressed.png"))
     _wait_idle(page, RUN_TIMEOUT_S, f"{name} (after Stop)")
-    errs = _errors(page.evaluate(JS_CELLS), upto=idx)
-    assert not errs, f"{name}: errors while re-running up to the dashboard:\n" + "\n\n".join(errs)
+    errs = _errors(page.evaluate(JS_CELLS), upto=idx, start=0 if above else idx)
+    assert not errs, f"{name}: errors while re-running the dashboard cell:\n" + "\n\n".join(errs)
     deadline = time.time() + 60  # the browser may still be drawing the last updates
     while "stopped at step" not in label.inner_text() and time.time() < deadline:
         page.wait_for_timeout(250)
