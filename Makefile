@@ -12,13 +12,17 @@ $(STAMP): requirements.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-.PHONY: install demo test notebooks
+.PHONY: install demo test notebooks chromium
 install: $(STAMP)
+
+# the browser test (tests/test_browser.py) drives Debian's chromium; install it when missing (CI runs as root)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
 
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -ra
 
 notebooks: $(STAMP)

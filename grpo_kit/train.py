@@ -34,7 +34,7 @@ from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, is_conversational, score_with_policy, trl_reward_kwargs
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
-from .metrics import length_metrics, reward_metrics
+from .metrics import correct_mask, group_samples, length_metrics, reward_metrics
 from .sampling import render_prompt, sample_groups
 from .step import run_autocast, train_step
 from .tasks import get_task, load_items, heldout_split
@@ -177,7 +177,9 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
+    correct = correct_mask(rewards, per_func, names)  # (B,) bool: right answers, for the length split
+    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1), correct))
+    metrics["samples"] = group_samples(rollouts.prompts, rollouts.completions, rewards, adv)  # first group, text
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
