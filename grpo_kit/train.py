@@ -28,13 +28,13 @@ from typing import Callable, Iterator
 
 import torch
 
+from . import dynamic, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, TrainingError
 from .inference import columns_of, greedy_accuracy
-from .judges import get_reward_funcs, score_with_policy
+from .judges import get_reward_funcs
 from .metrics import length_metrics, reward_metrics
-from .sampling import sample_groups
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
@@ -59,6 +59,7 @@ class Run:
     step: int = 0
     history: list[dict] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out greedy accuracy)
+    steer: object = None  # [steer] schedules.SteerState: adaptive G, curriculum stage, spend, replay buffer
 
 
 def pick_device(name: str) -> torch.device:
@@ -108,33 +109,46 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
 
 
 def grpo_step(run: Run) -> dict:
-    """One step: P prompts -> P*G completions -> rewards (P, G) -> advantages -> update."""
-    cfg, t0 = run.cfg, time.perf_counter()
-    idx = torch.randint(len(run.train_items), (cfg.num_prompts,), generator=run.data_gen).tolist()
-    items = [run.train_items[i] for i in idx]
-    G = cfg.num_generations
-    rollouts = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], G,
-                             cfg.max_completion_length, cfg.temperature, run.sample_gen)
-    rewards, per_func, bad, reasons = score_with_policy(
-        run.reward_funcs, rollouts.prompts, rollouts.completions, columns_of(items, repeat=G), cfg.reward_weights,
-        cfg.reward_error_policy, cfg.reward_timeout_s)  # (B,), (B, K), (B,) bool
-    rewards, bad = rewards.view(cfg.num_prompts, G), bad.view(cfg.num_prompts, G)  # (P, G)
+    """One step: P prompts -> P*G completions -> rewards (P, G) -> advantages -> update.
+
+    [steer] This step's G, P, prompt pool and reward functions come from ``schedules.plan_step``;
+    ``dynamic.sample_batch`` draws the groups (more rounds with dynamic sampling) and
+    ``replay.mix`` adds replayed groups (see schedules.py, dynamic.py, replay.py).
+    """
+    t0 = time.perf_counter()
+    plan = schedules.plan_step(run)  # [steer] G, P, task pool, reward functions of this step
+    cfg, G = plan.cfg, plan.cfg.num_generations
+    replayed = replay.take_for_step(run, cfg)  # [steer] groups from the replay buffer ([] when off)
+    P = cfg.num_prompts - len(replayed)
+    items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
+        run, cfg, plan.items, plan.reward_funcs, P)  # rewards, bad (P, G); per_func (P*G, K)
+    sample_mask = None
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
-        metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler, sample_mask=~bad)
+        sample_mask = ~bad
     else:
         adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
-                                  objectives=per_func.view(cfg.num_prompts, G, -1),
+                                  objectives=per_func.view(P, G, -1),
                                   weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
-        metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler)
+    extra, behaviour = {}, {}
+    if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
+        rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, cfg, rollouts, adv, sample_mask, replayed)
+    if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
+        for group in run.optimizer.param_groups:
+            group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps)
+    metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler,
+                         sample_mask=sample_mask, **behaviour)
     if reasons:
         log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
                     cfg.reward_error_policy, reasons[0])
     metrics["rewards/bad_samples"] = float(bad.sum())
     run.step += 1
-    names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
-    metrics.update(reward_metrics(rewards, per_func, names))
+    names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
+    metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
     metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
+    metrics.update(extra)
+    metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
+    schedules.end_step(run, plan, metrics, info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
@@ -224,13 +238,14 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
         load_checkpoint(run, latest_checkpoint(out_dir))
     if not run.evals:
         evaluate(run)
-    while run.step < cfg.steps:
+    while run.step < cfg.steps and not schedules.budget_spent(run):  # [steer] completion_budget
         with StopOnSigint() as sigint:
             metrics = grpo_step(run)
             stop = sigint.requested or (should_stop is not None and should_stop())
-            last = run.step == cfg.steps or stop
+            last = run.step == cfg.steps or stop or schedules.budget_spent(run)
             if last or (cfg.eval_every and run.step % cfg.eval_every == 0):
                 metrics["accuracy"] = evaluate(run)
+                schedules.after_eval(run, metrics)  # [steer] curriculum by held-out accuracy
             if stop:
                 metrics["stopped"] = 1.0
             run.history.append(metrics)
@@ -304,6 +319,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
         "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
         "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
         "torch_rng": torch.get_rng_state(),
+        "steer": schedules.state(run).state_dict(),  # [steer] adaptive G, curriculum stage, spend, replay buffer
     }
     torch.save(state, tmp / STATE_FILE)
     _pause_for_tests(run.step, tmp)
@@ -349,6 +365,8 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         run.data_gen.set_state(state["data_gen"])
         run.sample_gen.set_state(state["sample_gen"])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("steer") is not None:  # [steer]
+            schedules.state(run).load_state_dict(state["steer"])
     except (RuntimeError, ValueError, TypeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
