@@ -25,7 +25,6 @@ from .inference import columns_of
 from .judges import score_with_policy
 from .sampling import Rollouts, sample_groups
 
-
 # ---------------------------------------------------------------- the stopping rule and the choice (pure)
 
 def enough(kept_per_round: list[list[bool]], P: int, max_rounds: int) -> bool:

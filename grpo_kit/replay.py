@@ -108,7 +108,7 @@ class ReplayBuffer:
 
 def as_rollouts(entries: list[dict], pad_id: int, device) -> tuple[Rollouts, torch.Tensor, torch.Tensor]:
     """Stored groups -> (Rollouts, advantages (k*G,), behaviour log-probs (k*G, Tc)) on ``device``."""
-    from .dynamic import cat_rollouts, _pad
+    from .dynamic import _pad, cat_rollouts
 
     parts = [Rollouts(e["prompt_ids"], e["prompt_mask"], e["completion_ids"], e["completion_mask"],
                       e["is_truncated"], list(e["prompts"]), list(e["completions"]), e["G"]) for e in entries]
@@ -130,7 +130,7 @@ def take_for_step(run, cfg) -> list[dict]:
     buf = state(run).replay
     if buf is None:
         return []
-    k = int(round(cfg.replay_fraction * cfg.num_prompts))
+    k = round(cfg.replay_fraction * cfg.num_prompts)
     k = min(k, cfg.num_prompts - 1)  # at least one fresh group per step
     return buf.take(k, cfg.num_generations, run.step + 1) if k > 0 else []
 
@@ -141,9 +141,9 @@ def mix(run, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: lis
     Returns (rollouts, advantages (B,), sample_mask (B,) or None, train_step keyword arguments
     ``behaviour_logp``/``behaviour_rows`` (empty when nothing is replayed), metrics).
     """
+    from .sampling import row_temperatures
     from .schedules import state
     from .step import autocast_for, batch_logprobs, micro_slices
-    from .sampling import row_temperatures
 
     buf = state(run).replay
     device = fresh.completion_ids.device

@@ -32,9 +32,9 @@ from . import dynamic, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, TrainingError
-from .inference import columns_of, greedy_accuracy
+from .inference import greedy_accuracy
 from .judges import get_reward_funcs
-from .metrics import length_metrics, reward_metrics
+from .metrics import correct_mask, group_samples, length_metrics, reward_metrics
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
@@ -120,7 +120,7 @@ def grpo_step(run: Run) -> dict:
     cfg, G = plan.cfg, plan.cfg.num_generations
     replayed = replay.take_for_step(run, cfg)  # [steer] groups from the replay buffer ([] when off)
     P = cfg.num_prompts - len(replayed)
-    items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
+    _items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
         run, cfg, plan.items, plan.reward_funcs, P)  # rewards, bad (P, G); per_func (P*G, K)
     sample_mask = None
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
@@ -130,7 +130,7 @@ def grpo_step(run: Run) -> dict:
         adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
                                   objectives=per_func.view(P, G, -1),
                                   weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
-    extra, behaviour = {}, {}
+    extra, behaviour, fresh, fresh_adv = {}, {}, rollouts, adv
     if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
         rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, cfg, rollouts, adv, sample_mask, replayed)
     if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
@@ -145,7 +145,9 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
     metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
+    correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
+    metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, fresh_adv.reshape(-1), correct))  # fresh rows
+    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, fresh_adv)  # first group, text
     metrics.update(extra)
     metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
     schedules.end_step(run, plan, metrics, info["completions_generated"])  # [steer] G/P log, spend, adaptive rule

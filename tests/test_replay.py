@@ -76,7 +76,7 @@ def test_replayed_rows_use_the_behaviour_log_probs_as_old(tiny, small_cfg):
         kw = {} if beh is None else {"behaviour_logp": beh, "behaviour_rows": rows}
         m = train_step(p, None, opt, r, adv, cfg, **kw)
         results.append((m, p))
-    (m0, p0), (m1, p1), (m2, p2) = results
+    (m0, _), (m1, _), (m2, p2) = results
     assert m0["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4) and m0["grad_norm"] > 0
     assert m2["grad_norm"] == 0.0 and m2["clip_ratio/high_mean"] == pytest.approx(1.0)
     assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), p2.parameters()))

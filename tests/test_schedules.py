@@ -8,8 +8,17 @@ from grpo_kit.config import GRPOConfig
 from grpo_kit.dynamic import cat_rollouts, choose_groups, enough, take_groups
 from grpo_kit.errors import ConfigError
 from grpo_kit.sampling import Rollouts, row_temperatures
-from grpo_kit.schedules import (AdaptiveState, SteerState, adapt_group_size, adaptive_sizes, end_step, group_size,
-                                preview, rewards_at, tasks_at)
+from grpo_kit.schedules import (
+    AdaptiveState,
+    SteerState,
+    adapt_group_size,
+    adaptive_sizes,
+    end_step,
+    group_size,
+    preview,
+    rewards_at,
+    tasks_at,
+)
 
 SCHED = [[0.0, 16], [0.3, 8], [0.7, 4]]
 
