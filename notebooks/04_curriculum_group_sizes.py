@@ -25,7 +25,7 @@
 # Parameters (papermill overrides these). SMOKE=True: tiny budgets, every cell still runs.
 SMOKE = False
 SEEDS = [0, 1, 2]
-SAMPLES_PER_STEP = 128      # B: completions per step, the same for every strategy (P = B / G)
+SAMPLES_PER_STEP = 128      # B: completions per step, the same for every strategy; P = B / G
 BUDGET = 8192               # generated completions per run (64 steps of 128 for fixed G)
 EVAL_EVERY = 16             # steps between held-out evaluations
 EVAL_SIZE = 200             # held-out problems per evaluation
@@ -36,6 +36,7 @@ DECLINE_SEEDS = [0, 1, 2]
 SIM_TRIALS = 20000          # simulated groups per G for the noise / zero-variance pictures
 
 # %%
+import copy
 import inspect
 import math
 import time
@@ -222,13 +223,25 @@ STRATEGIES = {
 for kw in STRATEGIES.values():  # P follows from B and G
     kw.setdefault("num_prompts", SAMPLES_PER_STEP // kw.get("num_generations", 8))
 
+from grpo_kit.tasks import get_task, heldout_split
+from grpo_kit.tiny import load_model
+
+base_policy, tok = load_model("tiny")  # loaded once; each run trains its own copy
+train_items, eval_items = get_task("add2").splits()["train"], heldout_split("add2")[:EVAL_SIZE]
+
+
+def fresh_run(cfg):
+    return setup(cfg, policy=copy.deepcopy(base_policy), tokenizer=tok, train_items=train_items,
+                 eval_items=eval_items[:cfg.eval_size])
+
+
 dash = Dashboard(total_steps=BUDGET // SAMPLES_PER_STEP, title="notebook 04: strategies at equal completions")
 runs = {}
 t_runs = time.time()
 for name, kw in STRATEGIES.items():
     for seed in SEEDS:
         cfg = GRPOConfig(**BASE, **kw, seed=seed)
-        run = setup(cfg)
+        run = fresh_run(cfg)
         for m in train(cfg, run, should_stop=dash.should_stop):
             dash.update(m, variant=f"{name} seed {seed}", run=run)
             if "group_size/reason" in m and seed == SEEDS[0]:
@@ -238,6 +251,7 @@ for name, kw in STRATEGIES.items():
               f"held-out accuracy {run.evals[0][1]:.3f} -> {run.evals[-1][1]:.3f} ({time.time() - t_runs:.0f} s so far)")
 dash.close()
 print(f"{len(runs)} runs in {time.time() - t_runs:.0f} s")
+record("final_accuracy_by_run", {f"{n} seed {s}": r["evals"][-1][1] for (n, s), r in runs.items()})
 
 # %% [markdown]
 # ## 4. Reward, held-out accuracy and dead groups against completions generated
@@ -353,11 +367,9 @@ record("replayed_groups", float(sum(m["replay/groups"] for m in rep)))
 
 # %%
 from grpo_kit.sampling import row_temperatures, sample_groups
-from grpo_kit.tiny import load_model
 
-policy, tok = load_model("tiny")
 temps = [0.7, 0.7, 1.0, 1.2]
-ro = sample_groups(policy, tok, ["47+85="] * 64, 8, 8, temps, torch.Generator().manual_seed(0))
+ro = sample_groups(base_policy, tok, ["47+85="] * 64, 8, 8, temps, torch.Generator().manual_seed(0))
 row_t = row_temperatures(temps, 64, 8, "cpu").squeeze(-1)
 for t in sorted(set(temps)):
     texts = [c for c, rt in zip(ro.completions, row_t.tolist()) if abs(rt - t) < 1e-6]
@@ -380,7 +392,7 @@ decline = {}
 for label, extra in (("no replay", {}), ("replay 0.25", dict(replay_fraction=0.25, replay_max_age=4))):
     for seed in DECLINE_SEEDS:
         cfg = GRPOConfig(**DECLINE, **extra, seed=seed)
-        run = setup(cfg)
+        run = fresh_run(cfg)
         list(train(cfg, run))
         accs = [a for _, a in run.evals]
         decline[label, seed] = {"evals": run.evals, "best": max(accs), "final": accs[-1], "drop": max(accs) - accs[-1],
