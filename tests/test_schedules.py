@@ -208,3 +208,39 @@ def test_temperature_mix_log_probs_use_the_row_temperature(tiny):
         plain, _ = completion_logprobs(policy, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask, 1.0)
     m = r.completion_mask.bool()
     assert not torch.allclose(mixed[0][m[0]], plain[0][m[0]])  # 0.7 is not 1.0: the temperature matters
+
+
+def test_task_and_reward_curricula_in_a_run(tiny, small_cfg):
+    import copy
+    import re
+
+    from grpo_kit.train import setup, train
+
+    policy, tok = tiny
+    cfg = small_cfg.replace(task_schedule=[[0.0, "add1"], [0.5, "add2"]],
+                            reward_schedule=[[0.0, ["format"]], [0.5, ["exact_answer"]]], log_kl=False)
+    hist = list(train(cfg, setup(cfg, policy=copy.deepcopy(policy), tokenizer=tok)))
+    assert ["rewards/format_reward/mean" in m for m in hist] == [True, True, False, False]
+    assert ["rewards/exact_answer/mean" in m for m in hist] == [False, False, True, True]
+    assert all(re.fullmatch(r"\d\+\d=", m["samples"]["prompt"]) for m in hist[:2])  # add1: one digit each
+
+
+def test_curriculum_by_accuracy_moves_on_at_an_evaluation(tiny, small_cfg):
+    import copy
+
+    from grpo_kit.schedules import after_eval, state
+    from grpo_kit.train import setup
+
+    policy, tok = tiny
+    cfg = small_cfg.replace(task_schedule=[[0.0, "add1"], [0.5, "add2"]], curriculum_by="accuracy",
+                            curriculum_accuracy=0.0, eval_size=4, log_kl=False)
+    run = setup(cfg, policy=copy.deepcopy(policy), tokenizer=tok)
+    m = {}
+    after_eval(run, m)  # any accuracy >= 0.0: stage 0 -> 1
+    assert state(run).stage == 1 and m["curriculum/reason"].endswith("stage 1") and 0 <= m["curriculum/accuracy"] <= 1
+    m = {}
+    after_eval(run, m)  # already at the last stage
+    assert state(run).stage == 1 and "curriculum/reason" not in m
+    strict = setup(cfg.replace(curriculum_accuracy=1.0), policy=copy.deepcopy(policy), tokenizer=tok)
+    after_eval(strict, {})  # the base model does not get every add1 problem right
+    assert state(strict).stage == 0
