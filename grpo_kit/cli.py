@@ -92,7 +92,10 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False):
     cfg.to_yaml(out / "config.yaml")
     t0 = time.time()
     run = setup(cfg)
-    bar = tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5)
+    from .schedules import samples_per_step
+
+    total = -(-cfg.completion_budget // samples_per_step(cfg)) if cfg.completion_budget else cfg.steps  # [steer]
+    bar = tqdm(total=total, desc="GRPO", unit="step", disable=quiet, mininterval=0.5)
     for m in train(cfg, run, out_dir=out, resume=resume):
         if bar.n == 0 and run.step > 1:
             bar.update(run.step - 1)

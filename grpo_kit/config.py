@@ -344,6 +344,12 @@ class GRPOConfig:
 
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` that give the same objective."""
+        steering = [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
+                                "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
+                    if getattr(self, k) not in (None, False, 0.0)]
+        if steering:
+            raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no TRL equivalent; "
+                              f"reset them to their defaults to export to TRL")
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
             raise ConfigError(f"GRPOConfig.advantage_estimator={self.advantage_estimator!r} has no TRL equivalent; "
                               f"use 'grpo', 'sum_then_normalize' or 'normalize_then_sum' to export to TRL")

@@ -244,3 +244,10 @@ def test_curriculum_by_accuracy_moves_on_at_an_evaluation(tiny, small_cfg):
     strict = setup(cfg.replace(curriculum_accuracy=1.0), policy=copy.deepcopy(policy), tokenizer=tok)
     after_eval(strict, {})  # the base model does not get every add1 problem right
     assert state(strict).stage == 0
+
+
+def test_steering_fields_do_not_export_to_trl():
+    with pytest.raises(ConfigError, match="group_size_schedule.*no TRL equivalent"):
+        GRPOConfig(samples_per_step=128, group_size_schedule=SCHED).to_trl()
+    with pytest.raises(ConfigError, match="replay_fraction"):
+        GRPOConfig(replay_fraction=0.25).to_trl()
