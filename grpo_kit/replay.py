@@ -23,7 +23,7 @@ direction its advantage pushes gives no gradient. Fresh rows keep old = the curr
 the buffer size, their mean age and their mean importance ratio before the update.
 
 Replay of high-reward or high-advantage rollouts is a variant you will meet in LLM RL, e.g.
-"RePO: Replay-Enhanced Policy Optimization" (Li et al. 2025) and the prioritised replay of
+"RePO: Replay-Enhanced Policy Optimization" (Li et al. 2025, arXiv 2506.09340) and the prioritised replay of
 Schaul et al. (2016); the advice that replay "cures late-training decline" is tested in
 notebook 04.
 """

@@ -13,8 +13,7 @@ Every strategy is one config field (see ``GRPOConfig``, section "steering"):
   when the fraction stays below ``adaptive_shrink_below`` as long; two thresholds and the
   patience are the hysteresis that keeps it from flapping. Bounds: ``group_size_bounds``.
   The idea of spending more samples where groups carry no signal is that of DAPO's dynamic
-  sampling (Yu et al. 2025, see ``dynamic.py``) and of GRESO / "more samples for hard
-  prompts" variants; the rule here is the kit's.
+  sampling (Yu et al. 2025, see ``dynamic.py``); the rule here is the kit's.
 - ``task_schedule`` / ``reward_schedule``: a difficulty curriculum (``[[0.0, "add1"],
   [0.5, "add2"]]``; an entry may name a list of tasks, mixed uniformly) and a reward curriculum
   (``[[0.0, ["format"]], [0.2, ["exact_answer"]]]``: format first, then correctness). With
