@@ -55,7 +55,7 @@ from grpo_kit.nbtools import record
 from grpo_kit.train import setup, train
 
 if SMOKE:
-    SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE = [0, 1], 32, 96, 2, 20
+    SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE = [0], 32, 96, 2, 20
     DECLINE_STEPS, DECLINE_SEEDS, SIM_TRIALS = 4, [0], 4000
 T0 = time.time()
 torch.set_num_threads(THREADS)
