@@ -111,7 +111,10 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                 raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
                                  f"pass a larger --steps to continue it")
         atomic_write_text(out / "config.yaml", cfg.to_yaml())  # only once the resume is accepted
-        with tqdm(total=cfg.steps, desc="GRPO", unit="step", disable=quiet, mininterval=0.5,
+        from .schedules import samples_per_step
+
+        total = -(-cfg.completion_budget // samples_per_step(cfg)) if cfg.completion_budget else cfg.steps  # steps to run
+        with tqdm(total=total, desc="GRPO", unit="step", disable=quiet, mininterval=0.5,
                   initial=run.step) as bar:  # closed (its line ended) before an error is printed
             for m in train(cfg, run, out_dir=out):
                 bar.update(1)

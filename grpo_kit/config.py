@@ -190,6 +190,47 @@ class GRPOConfig:
     threads: int | None = 2
     """torch CPU threads (None leaves torch's default)."""
 
+    # --- steering a run over time (schedules.py, dynamic.py, replay.py; notebook 04)
+    samples_per_step: int | None = None
+    """B: completions per step, fixed while G changes (P = B / G); None means num_prompts * num_generations."""
+    group_size_schedule: list | None = None
+    """G by fraction of the run, e.g. [[0.0, 16], [0.3, 8], [0.7, 4]] (each G must divide samples_per_step); None = fixed."""
+    adaptive_group_size: bool = False
+    """Double G when frac_reward_zero_std stays above adaptive_grow_above, halve it when it stays below
+    adaptive_shrink_below (for adaptive_patience steps in a row); starts at num_generations."""
+    group_size_bounds: list[int] = field(default_factory=lambda: [4, 16])
+    """[G_min, G_max] of the adaptive rule."""
+    adaptive_grow_above: float = 0.5
+    """Fraction of zero-variance groups above which the adaptive rule counts towards doubling G."""
+    adaptive_shrink_below: float = 0.2
+    """Fraction of zero-variance groups below which it counts towards halving G (the gap is the hysteresis)."""
+    adaptive_patience: int = 3
+    """Steps in a row past a threshold before G changes; each change resets the count."""
+    task_schedule: list | None = None
+    """Difficulty curriculum: [[0.0, "add1"], [0.5, "add2"]]; a value may list tasks to mix. None = ``task``."""
+    reward_schedule: list | None = None
+    """Reward curriculum: [[0.0, ["format"]], [0.2, ["exact_answer"]]]. None = ``reward_funcs``."""
+    curriculum_by: str = "fraction"
+    """'fraction': schedule entries start at their fraction of the run; 'accuracy': they are stages, and
+    the run moves on at the first evaluation whose held-out accuracy on the stage's task reaches curriculum_accuracy."""
+    curriculum_accuracy: float = 0.8
+    """Held-out greedy accuracy that ends a curriculum stage (curriculum_by='accuracy')."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop groups whose rewards are all equal and draw more rounds of P prompts."""
+    dynamic_max_rounds: int = 3
+    """Rounds drawn per step at most (the first included); then the batch is topped up with dropped groups."""
+    replay_fraction: float = 0.0
+    """Share of each batch's groups taken from the replay buffer (0 = off); the rest is sampled fresh."""
+    replay_capacity: int = 64
+    """Groups the replay buffer holds at most (the weakest mean |advantage| are dropped first)."""
+    replay_max_age: int = 4
+    """Steps a stored group may wait before it is evicted (its behaviour policy grows stale)."""
+    replay_min_abs_advantage: float = 0.0
+    """Only groups with mean |advantage| above this are stored (0 keeps every group with any signal)."""
+    completion_budget: int | None = None
+    """Stop after this many generated completions (``steps`` is then an upper bound); schedules and the
+    LR schedule then run by the share of the budget spent, so strategies compare at equal generation cost."""
+
     # --- bookkeeping
     eval_every: int = 50
     """Held-out greedy accuracy every N steps (0 = only before and after)."""
@@ -302,8 +343,13 @@ class GRPOConfig:
         integer("warmup_steps", 0)
         number("max_grad_norm", "> 0", lambda v: v > 0)
         integer("micro_batch_size", 1, optional=True)
-        need(self.micro_batch_size is None or self.batch_size % self.micro_batch_size == 0, "micro_batch_size",
-             f"must divide the batch B = num_prompts*num_generations = {self.batch_size} (or None)")
+        from .schedules import samples_per_step, validate_steering
+
+        validate_steering(self)  # steering fields: schedules, adaptive G, curricula, dynamic sampling, replay
+        B = samples_per_step(self)
+        need(self.micro_batch_size is None or B % self.micro_batch_size == 0, "micro_batch_size",
+             f"must divide the batch B = {'samples_per_step' if self.samples_per_step else 'num_prompts*num_generations'}"
+             f" = {B} (or None)")
         # hardware
         choice("device", ("auto", "cpu", "cuda"))
         if self.device == "cuda":
@@ -425,11 +471,19 @@ class GRPOConfig:
         generated batch before cutting it into micro-batches, and these two average over each
         micro-batch's tokens, so their value depends on which rows share a micro-batch (the kit keeps
         each group's rows together). Every other objective is a sum over rows, which no shuffle changes.
+        Also refused: the fields that steer a run over time (group-size schedules, curricula, dynamic
+        sampling, replay, a completion budget), which TRL's trainer does not have.
         Not objective: TRL draws prompts without replacement per epoch, the kit with replacement.
         """
         def refuse(field_, rule):
             raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to TRL: {rule}")
 
+        steering = [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
+                                "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
+                    if getattr(self, k) not in (None, False, 0.0)]
+        if steering:
+            raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no TRL equivalent; "
+                              f"reset them to their defaults to export to TRL")
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
             refuse("advantage_estimator", "TRL has no such estimator; use 'grpo', 'sum_then_normalize' or "
                                           "'normalize_then_sum'")

@@ -104,9 +104,14 @@ class ArithmeticTask:
         hi = 10**self.digits
         return [(a, op, b) for op in self.operators for a in range(hi) for b in range(hi)]
 
-    def splits(self, n_test: int = 500, n_val: int = 200, seed: int = 1234) -> dict[str, list[dict]]:
-        """Disjoint ``train`` / ``val`` / ``test`` item lists, reproducible from ``seed``."""
+    def splits(self, n_test: int | None = None, n_val: int | None = None, seed: int = 1234) -> dict[str, list[dict]]:
+        """Disjoint ``train`` / ``val`` / ``test`` item lists, reproducible from ``seed``.
+
+        Defaults: 500 test and 200 val items, or a fifth and a tenth of the problems when there
+        are fewer (``add1`` has 100 problems: 20 test, 10 val, 70 train)."""
         problems = self.all_problems()
+        n_test = min(500, len(problems) // 5) if n_test is None else n_test
+        n_val = min(200, len(problems) // 10) if n_val is None else n_val
         if n_test + n_val >= len(problems):
             raise DataError(f"{self.name}: only {len(problems)} problems, cannot hold out {n_test}+{n_val}")
         random.Random(seed).shuffle(problems)
@@ -119,10 +124,10 @@ TASKS = {"add2": ArithmeticTask(2, "+"), "add3": ArithmeticTask(3, "+"), "add1":
 
 
 def task_names() -> list[str]:
-    """The tasks that work: a held-out split can be made (enough problems) or is shipped as a file."""
+    """The tasks that work: every generator (``splits`` sizes its held-out split to the problems
+    there are) and every task whose held-out split is shipped as a file."""
     shipped = {p.name[:-len("_test.jsonl")] for p in DATASETS_DIR.glob("*_test.jsonl")}
-    enough = {n for n, t in TASKS.items() if (10 ** t.digits) ** 2 * len(t.operators) > 700}
-    return sorted(enough | (shipped & set(TASKS)) | (shipped - set(TASKS)))
+    return sorted(set(TASKS) | shipped)
 
 
 def get_task(name: str) -> ArithmeticTask:

@@ -28,15 +28,15 @@ from typing import Callable, Iterator
 
 import torch
 
+from . import dynamic, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
-from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
-from .judges import RewardLog, get_reward_funcs, is_conversational, score_with_policy, trl_reward_kwargs
+from .inference import check_columns, check_prompts, greedy_accuracy
+from .judges import RewardLog, get_reward_funcs
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import correct_mask, group_samples, length_metrics, reward_metrics
-from .sampling import render_prompt, sample_groups
-from .step import run_autocast, train_step
+from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
 
@@ -61,6 +61,7 @@ class Run:
     history: list[dict] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out greedy accuracy)
     stopped_by: str | None = None    # "Ctrl-C", "SIGTERM", "SIGHUP" or "should_stop" when a run ended early
+    steer: object = None  # [steer] schedules.SteerState: adaptive G, curriculum stage, spend, replay buffer
 
 
 def pick_device(name: str) -> torch.device:
@@ -140,33 +141,36 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
 
 
 def grpo_step(run: Run) -> dict:
-    """One step: P prompts -> P*G completions -> rewards (P, G) -> advantages -> update."""
-    cfg, t0 = run.cfg, time.perf_counter()
-    idx = torch.randint(len(run.train_items), (cfg.num_prompts,), generator=run.data_gen).tolist()
-    items = [run.train_items[i] for i in idx]
-    G = cfg.num_generations
-    with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
-        rollouts = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
-                                 G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
-    prompts, completions = rollouts.prompts, rollouts.completions
-    if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
-        prompts = [it["prompt"] for it in items for _ in range(G)]
-        completions = [[{"role": "assistant", "content": c}] for c in completions]
-    reward_log = RewardLog()
-    rewards, per_func, bad, reasons = score_with_policy(
-        run.reward_funcs, prompts, completions, columns_of(items, repeat=G), cfg.reward_weights,
-        cfg.reward_error_policy, cfg.reward_timeout_s,
-        trl_kwargs=trl_reward_kwargs(rollouts.completion_ids, rollouts.completion_mask, trainer_state(run),
-                                     reward_log))  # (B,), (B, K), (B,) bool
-    rewards, bad = rewards.view(cfg.num_prompts, G), bad.view(cfg.num_prompts, G)  # (P, G)
+    """One step: P prompts -> P*G completions -> rewards (P, G) -> advantages -> update.
+
+    [steer] This step's G, P, prompt pool and reward functions come from ``schedules.plan_step``;
+    ``dynamic.sample_batch`` draws the groups (more rounds with dynamic sampling) and
+    ``replay.mix`` adds replayed groups (see schedules.py, dynamic.py, replay.py).
+    """
+    t0 = time.perf_counter()
+    plan = schedules.plan_step(run)  # [steer] G, P, task pool, reward functions of this step
+    cfg, G = plan.cfg, plan.cfg.num_generations
+    replayed = replay.take_for_step(run, cfg)  # [steer] groups from the replay buffer ([] when off)
+    P = cfg.num_prompts - len(replayed)
+    reward_log = RewardLog()  # what reward functions log through TRL's log_metric / log_extra
+    _items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
+        run, cfg, plan.items, plan.reward_funcs, P, reward_log, trainer_state(run))  # rewards, bad (P, G); per_func (P*G, K)
+    sample_mask = None
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
-        metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler, sample_mask=~bad)
+        sample_mask = ~bad
     else:
         adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
-                                  objectives=per_func.view(cfg.num_prompts, G, -1),
+                                  objectives=per_func.view(P, G, -1),
                                   weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
-        metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler)
+    extra, behaviour, fresh, fresh_adv = {}, {}, rollouts, adv
+    if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
+        rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, cfg, rollouts, adv, sample_mask, replayed)
+    if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
+        for group in run.optimizer.param_groups:
+            group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps * cfg.num_iterations)  # counts updates
+    metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler,
+                         sample_mask=sample_mask, **behaviour)
     if reasons:
         log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
                     cfg.reward_error_policy, reasons[0])
@@ -175,11 +179,14 @@ def grpo_step(run: Run) -> dict:
     if reward_log.extra:
         metrics["log_extra"] = reward_log.extra  # log_extra(column, values): per-sample columns
     run.step += 1
-    names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
-    metrics.update(reward_metrics(rewards, per_func, names))
-    correct = correct_mask(rewards, per_func, names)  # (B,) bool: right answers, for the length split
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1), correct))
-    metrics["samples"] = group_samples(rollouts.prompts, rollouts.completions, rewards, adv)  # first group, text
+    names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
+    metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
+    correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
+    metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, fresh_adv.reshape(-1), correct))  # fresh rows
+    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, fresh_adv)  # first group, text
+    metrics.update(extra)
+    metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
+    schedules.end_step(run, plan, metrics, info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
@@ -338,7 +345,7 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
 
     if not run.evals:
         evaluate(run)
-    while run.step < cfg.steps:
+    while run.step < cfg.steps and not schedules.budget_spent(run):  # [steer] completion_budget
         if signals.requested:  # arrived during the last checkpoint write or in the caller's loop body
             _end_early(run, out_dir, saved, signals.signal_name)
             break
@@ -347,10 +354,11 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
         evaluated = False
         while True:  # a stop request that arrives during the evaluation still counts for this step
             stop = stop_now()
-            last = run.step == cfg.steps or stop
+            last = run.step == cfg.steps or stop or schedules.budget_spent(run)
             if evaluated or not (last or due_eval):
                 break
             metrics["accuracy"] = evaluate(run)
+            schedules.after_eval(run, metrics)  # [steer] curriculum by held-out accuracy
             evaluated = True
         if stop:
             metrics["stopped"] = 1.0
@@ -458,6 +466,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
             "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
             "torch_rng": torch.get_rng_state(), "fingerprints": fingerprints(run.cfg),
             "device": run.sample_gen.device.type,
+            "steer": schedules.state(run).state_dict(),  # [steer] adaptive G, curriculum stage, spend, replay buffer
         }
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
@@ -565,6 +574,8 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         torch.set_rng_state(state["torch_rng"])
         if "cuda_rng" in state and torch.cuda.is_available() and len(state["cuda_rng"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if state.get("steer") is not None:  # [steer]
+            schedules.state(run).load_state_dict(state["steer"])
     except (RuntimeError, ValueError, TypeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise

@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 
+from grpo_kit import dynamic as dynamic_mod
 from grpo_kit import step as step_mod
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
@@ -133,13 +134,13 @@ def test_bf16_step_samples_under_autocast_and_the_first_ratio_is_one(monkeypatch
 
     monkeypatch.setattr(step_mod, "grpo_per_token_loss", spy)
     rollouts = {}
-    real_sample = grpo_step.__globals__["sample_groups"]
+    real_sample = dynamic_mod.sample_groups  # grpo_step samples through dynamic.sample_batch
 
     def keep(*a, **kw):
         rollouts["r"] = real_sample(*a, **kw)
         return rollouts["r"]
 
-    monkeypatch.setitem(grpo_step.__globals__, "sample_groups", keep)
+    monkeypatch.setattr(dynamic_mod, "sample_groups", keep)
     m = grpo_step(run)
     hook.remove()
     assert dtypes and set(dtypes) == {torch.bfloat16}  # sampling and scoring both ran under bf16 autocast

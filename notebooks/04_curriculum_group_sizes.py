@@ -1,0 +1,478 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Curriculum group sizes, and other ways to steer a run over time
+#
+# **What you will learn**
+# 1. Why the group size G matters: the noise of the group baseline, groups whose rewards are all
+#    equal (no signal), and the cost per prompt when the number of completions per step is fixed.
+# 2. How to steer a run with one config field each: a group-size schedule (large to small, small
+#    to large), an adaptive G, DAPO's dynamic sampling, a replay buffer, a mix of temperatures in
+#    a group, and (exercise) a difficulty or reward curriculum.
+# 3. How to compare them fairly: **at the same number of generated completions**, over several
+#    seeds, and what the comparison shows on the tiny model (including which strategies did not help).
+#
+# **Time**: about 10 minutes on a 2-core laptop with the full parameters (24 training runs of
+# 8192 completions each, plus a small replay experiment); `SMOKE=True` runs every cell in about a minute.
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these). SMOKE=True: tiny budgets, every cell still runs.
+SMOKE = False
+SEEDS = [0, 1, 2]
+SAMPLES_PER_STEP = 128      # B: completions per step, the same for every strategy; P = B / G
+BUDGET = 8192               # generated completions per run (64 steps of 128 for fixed G)
+EVAL_EVERY = 16             # steps between held-out evaluations
+EVAL_SIZE = 200             # held-out problems per evaluation
+THREADS = 2
+DECLINE_STEPS = 60          # replay experiment: steps at a high constant learning rate
+DECLINE_LR = 1e-3
+DECLINE_SEEDS = [0, 1, 2]
+SIM_TRIALS = 20000          # simulated groups per G for the noise / zero-variance pictures
+
+# %%
+import copy
+import inspect
+import math
+import time
+
+import ipywidgets as W
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from IPython.display import display
+
+from grpo_kit import schedules
+from grpo_kit.advantages import zero_std_groups
+from grpo_kit.config import GRPOConfig
+from grpo_kit.dashboard import Dashboard
+from grpo_kit.nbtools import record
+from grpo_kit.train import setup, train
+
+if SMOKE:
+    SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE = [0], 32, 96, 2, 20
+    DECLINE_STEPS, DECLINE_SEEDS, SIM_TRIALS = 4, [0], 4000
+T0 = time.time()
+torch.set_num_threads(THREADS)
+
+# %% [markdown]
+# ## 1. Why the group size matters
+#
+# GRPO's baseline for a completion is the mean reward of its group. With a 0/1 reward and a
+# prompt the policy solves with probability p, three numbers depend on G:
+#
+# * **noise of the baseline**: the group mean has standard deviation sqrt(p(1-p)/G);
+# * **zero-variance groups**: all G rewards equal with probability p^G + (1-p)^G; such a group
+#   gets advantage 0 everywhere and teaches nothing (the `frac_reward_zero_std` metric);
+# * **cost per prompt**: with B completions per step, a step sees P = B/G prompts.
+#
+# So a large G gives a precise baseline and fewer dead groups but few prompts per step; a small G
+# the opposite. We simulate groups and compare with the formulas.
+
+# %%
+G_VALUES = [2, 4, 8, 16, 32]
+gen = torch.Generator().manual_seed(0)
+sim = {}
+for p in (0.2, 0.5, 0.9):
+    for G in G_VALUES:
+        r = (torch.rand(SIM_TRIALS, G, generator=gen) < p).float()  # (N, G) 0/1 rewards
+        sim[p, G] = {"mean_std": r.mean(1).std().item(), "mean_std_theory": math.sqrt(p * (1 - p) / G),
+                     "zero": zero_std_groups(r).float().mean().item(), "zero_theory": p**G + (1 - p)**G}
+
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.6), constrained_layout=True)
+for p, c in zip((0.2, 0.5, 0.9), ("C0", "C1", "C2")):
+    axes[0].plot(G_VALUES, [sim[p, G]["mean_std"] for G in G_VALUES], "o", color=c, label=f"p={p} simulated")
+    axes[0].plot(G_VALUES, [sim[p, G]["mean_std_theory"] for G in G_VALUES], "-", color=c, alpha=0.5)
+    axes[1].plot(G_VALUES, [sim[p, G]["zero"] for G in G_VALUES], "o", color=c, label=f"p={p}")
+    axes[1].plot(G_VALUES, [sim[p, G]["zero_theory"] for G in G_VALUES], "-", color=c, alpha=0.5)
+    informative = [SAMPLES_PER_STEP / G * (1 - sim[p, G]["zero_theory"]) for G in G_VALUES]
+    axes[2].plot(G_VALUES, informative, "o-", color=c, label=f"p={p}")
+axes[0].set(xscale="log", yscale="log", xlabel="G", ylabel="std of the group mean", title="noise of the baseline")
+axes[1].set(xscale="log", xlabel="G", ylabel="P(all rewards equal)", title="zero-variance groups")
+axes[2].set(xscale="log", xlabel="G", ylabel="prompts with signal per step",
+            title=f"cost: B={SAMPLES_PER_STEP} completions per step")
+for ax in axes:
+    ax.legend(fontsize=8)
+plt.show()
+rel_gap = max(abs(v["mean_std"] - v["mean_std_theory"]) / v["mean_std_theory"] for v in sim.values())
+zero_gap = max(abs(v["zero"] - v["zero_theory"]) for v in sim.values())
+record("baseline_noise_max_relative_gap", rel_gap)
+record("zero_variance_max_abs_gap", zero_gap)
+
+# %% [markdown]
+# The right panel is the trade-off in one picture: the number of prompts per step that carry a
+# learning signal, (B/G)(1 - p^G - (1-p)^G). For a prompt of middling difficulty (p = 0.5) small
+# groups win (many prompts, few dead groups); for an almost-solved prompt (p = 0.9) a G of 2 or
+# 4 wastes most groups. That is the argument for changing G as the policy improves: which way
+# to change it is what the experiments below test.
+
+# %% [markdown]
+# ## 2. Preview a schedule before anything runs
+#
+# `schedules.preview(cfg)` evaluates a schedule at fractions of the run: G, P = B/G and, for a
+# curriculum, the tasks and reward functions. Pick a preset or edit the schedule; the preview
+# redraws. Invalid schedules show the `ConfigError` the config would raise.
+
+# %%
+PRESETS = {
+    "large to small": "[[0.0, 16], [0.3, 8], [0.7, 4]]",
+    "small to large": "[[0.0, 4], [0.3, 8], [0.7, 16]]",
+    "fixed G=8": "[[0.0, 8]]",
+    "bad: G=6 does not divide B": "[[0.0, 16], [0.5, 6]]",
+    "bad: out of order": "[[0.0, 16], [0.7, 8], [0.3, 4]]",
+}
+
+
+def preview_lines(schedule, samples):
+    """Text and (fraction, G, P) points of a schedule, or the ConfigError message."""
+    try:
+        cfg = GRPOConfig(samples_per_step=samples, group_size_schedule=schedule).validate()
+    except Exception as e:  # noqa: BLE001 - shown to the reader
+        return f"{type(e).__name__}: {e}", None
+    rows = schedules.preview(cfg, 11)
+    text = "\n".join(f"fraction {r['fraction']:.1f}: G={r['G']:>2}  P={r['P']:>3}" for r in rows)
+    return text, rows
+
+
+def draw_preview(schedule, samples, out=None):
+    text, rows = preview_lines(schedule, samples)
+    if rows is None:
+        print(text)
+        return
+    _, ax = plt.subplots(figsize=(7, 2.6), constrained_layout=True)
+    fr = [r["fraction"] for r in rows]
+    ax.step(fr, [r["G"] for r in rows], where="post", label="G (completions per prompt)")
+    ax.step(fr, [r["P"] for r in rows], where="post", label="P (prompts per step)")
+    ax.set(xlabel="fraction of the run (completions generated / budget)", yscale="log",
+           title=f"B = {samples} completions per step")
+    ax.legend()
+    plt.show()
+    print(text)
+
+
+preset = W.Dropdown(options=list(PRESETS), value="large to small", description="preset")
+sched_box = W.Text(value=PRESETS["large to small"], description="schedule", layout=W.Layout(width="420px"))
+samples_box = W.Dropdown(options=[32, 64, 128, 256], value=SAMPLES_PER_STEP, description="B")
+out = W.Output()
+
+
+def redraw(_=None):
+    import json
+
+    out.clear_output(wait=True)
+    with out:
+        try:
+            schedule = json.loads(sched_box.value)
+        except ValueError as e:
+            print(f"not a JSON list: {e}")
+            return
+        draw_preview(schedule, samples_box.value)
+
+
+preset.observe(lambda ch: setattr(sched_box, "value", PRESETS[ch["new"]]), names="value")
+sched_box.observe(redraw, names="value")
+samples_box.observe(redraw, names="value")
+display(W.VBox([W.HBox([preset, samples_box]), sched_box, out]))
+redraw()
+
+# %%
+# The same preview as a plain figure (what a headless run shows), and the error a bad entry gives.
+draw_preview([[0.0, 16], [0.3, 8], [0.7, 4]], SAMPLES_PER_STEP)
+bad_text, _ = preview_lines([[0.0, 16], [0.5, 6]], 128)
+print(bad_text)
+record("bad_schedule_names_entry", "group_size_schedule[1]" in bad_text)
+
+# %% [markdown]
+# ## 3. Eight strategies at the same number of generated completions
+#
+# Every run gets `completion_budget` generated completions and the same B per step. The budget,
+# not the step count, drives the schedules and the cosine learning-rate decay, so a strategy
+# that spends more per step (dynamic sampling draws extra rounds) takes fewer updates, and one
+# that spends less (replay reuses stored groups) takes more. The strategies:
+#
+# | name | config |
+# |---|---|
+# | `G4`, `G8`, `G16` | fixed `num_generations` (P = 32, 16, 8) |
+# | `large->small` | `group_size_schedule=[[0, 16], [0.3, 8], [0.7, 4]]` |
+# | `small->large` | `group_size_schedule=[[0, 4], [0.3, 8], [0.7, 16]]` |
+# | `adaptive` | `adaptive_group_size=True`: G doubles when over 40% of groups are dead for 3 steps, halves when under 15% |
+# | `dynamic` | G = 8, `dynamic_sampling=True` (DAPO; at most 3 rounds of 16 prompts per step) |
+# | `replay` | G = 8, `replay_fraction=0.25` (4 of 16 groups replayed, at most 4 steps old) |
+#
+# All runs feed one live dashboard (x axis: steps; colours by strategy, line style by seed).
+
+# %%
+BASE = dict(steps=100_000, completion_budget=BUDGET, samples_per_step=SAMPLES_PER_STEP, eval_every=EVAL_EVERY,
+            eval_size=EVAL_SIZE, threads=THREADS, log_kl=False, checkpoint_every=0)
+STRATEGIES = {
+    "G4": dict(num_generations=4),
+    "G8": dict(num_generations=8),
+    "G16": dict(num_generations=16),
+    "large->small": dict(group_size_schedule=[[0.0, 16], [0.3, 8], [0.7, 4]]),
+    "small->large": dict(group_size_schedule=[[0.0, 4], [0.3, 8], [0.7, 16]]),
+    "adaptive": dict(num_generations=8, adaptive_group_size=True, group_size_bounds=[4, 16],
+                     adaptive_grow_above=0.4, adaptive_shrink_below=0.15, adaptive_patience=3),
+    "dynamic": dict(num_generations=8, dynamic_sampling=True, dynamic_max_rounds=3),
+    "replay": dict(num_generations=8, replay_fraction=0.25, replay_max_age=4),
+}
+for kw in STRATEGIES.values():  # P follows from B and G
+    kw.setdefault("num_prompts", SAMPLES_PER_STEP // kw.get("num_generations", 8))
+
+from grpo_kit.tasks import get_task, heldout_split
+from grpo_kit.tiny import load_model
+
+base_policy, tok = load_model("tiny")  # loaded once; each run trains its own copy
+train_items, eval_items = get_task("add2").splits()["train"], heldout_split("add2")[:EVAL_SIZE]
+
+
+def fresh_run(cfg):
+    return setup(cfg, policy=copy.deepcopy(base_policy), tokenizer=tok, train_items=train_items,
+                 eval_items=eval_items[:cfg.eval_size])
+
+
+dash = Dashboard(total_steps=BUDGET // SAMPLES_PER_STEP, title="notebook 04: strategies at equal completions")
+runs = {}
+t_runs = time.time()
+for name, kw in STRATEGIES.items():
+    for seed in SEEDS:
+        cfg = GRPOConfig(**BASE, **kw, seed=seed)
+        run = fresh_run(cfg)
+        for m in train(cfg, run, should_stop=dash.should_stop):
+            dash.update(m, variant=f"{name} seed {seed}", run=run)
+            if "group_size/reason" in m and seed == SEEDS[0]:
+                dash.mark(m["step"], "G change", variant=f"{name} seed {seed}")
+        runs[name, seed] = {"history": run.history, "evals": run.evals, "changes": list(run.steer.changes)}
+        print(f"{name} seed {seed}: {run.step} steps, {run.history[-1]['completions_total']:.0f} completions, "
+              f"held-out accuracy {run.evals[0][1]:.3f} -> {run.evals[-1][1]:.3f} ({time.time() - t_runs:.0f} s so far)")
+dash.close()
+print(f"{len(runs)} runs in {time.time() - t_runs:.0f} s")
+record("final_accuracy_by_run", {f"{n} seed {s}": r["evals"][-1][1] for (n, s), r in runs.items()})
+
+# %% [markdown]
+# ## 4. Reward, held-out accuracy and dead groups against completions generated
+#
+# The x axis is what each strategy spent, not its step count. Lines: mean over seeds; bands:
+# the lowest and highest seed. Held-out accuracy is measured at different points per run
+# (every `EVAL_EVERY` steps), so each run's curve is interpolated onto a common grid first.
+
+# %%
+grid = np.linspace(0, BUDGET, 17)
+
+
+def curve(name, key):
+    """(seeds, grid) values of one metric against completions generated."""
+    ys = []
+    for seed in SEEDS:
+        r = runs[name, seed]
+        spent = [0.0] + [m["completions_total"] for m in r["history"]]
+        if key == "accuracy":
+            at = {0: 0.0, **{m["step"]: m["completions_total"] for m in r["history"]}}
+            x, y = [at[s] for s, _ in r["evals"]], [a for _, a in r["evals"]]
+        else:
+            x, y = spent[1:], [m[key] for m in r["history"]]
+            k = max(1, len(y) // 16)  # smooth over about a sixteenth of the run
+            y = np.convolve(y, np.ones(k) / k, mode="same")
+        ys.append(np.interp(grid, x, y))
+    return np.array(ys)
+
+
+fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+for i, name in enumerate(STRATEGIES):
+    for ax, key in zip(axes, ("reward", "accuracy", "frac_reward_zero_std")):
+        c = curve(name, key)
+        style = "-" if name in ("G4", "G8", "G16") else "--"
+        ax.plot(grid, c.mean(0), style, color=f"C{i}", label=name)
+        ax.fill_between(grid, c.min(0), c.max(0), color=f"C{i}", alpha=0.12)
+axes[0].set(title="training reward (every group drawn)", xlabel="completions generated")
+axes[1].set(title="held-out greedy accuracy", xlabel="completions generated")
+axes[2].set(title="fraction of zero-variance groups", xlabel="completions generated")
+axes[1].legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ### The table: final held-out accuracy at equal generated completions
+#
+# "vs G8" is the difference of means to the fixed G = 8 run (the kit's default shape);
+# a strategy counts as **helped** / **hurt** only when that difference exceeds twice its standard
+# error over seeds; otherwise "no clear difference".
+
+# %%
+base_acc = runs["G8", SEEDS[0]]["evals"][0][1]
+final = {name: np.array([runs[name, s]["evals"][-1][1] for s in SEEDS]) for name in STRATEGIES}
+ref = final["G8"]
+table, verdicts = [], {}
+for name, acc in final.items():
+    diff = acc.mean() - ref.mean()
+    se = math.sqrt(acc.var(ddof=1) / len(acc) + ref.var(ddof=1) / len(ref)) if len(SEEDS) > 1 else float("inf")
+    verdict = "(reference)" if name == "G8" else "helped" if diff > 2 * se else "hurt" if diff < -2 * se \
+        else "no clear difference"
+    verdicts[name] = verdict
+    steps = np.mean([len(runs[name, s]["history"]) for s in SEEDS])
+    spent = np.mean([runs[name, s]["history"][-1]["completions_total"] for s in SEEDS])
+    table.append((name, acc.mean(), acc.std(ddof=1) if len(acc) > 1 else 0.0, acc.min(), acc.max(), steps, spent,
+                  diff, verdict))
+print(f"base model: {base_acc:.3f} held-out accuracy; {len(SEEDS)} seeds; budget {BUDGET} completions")
+print(f"{'strategy':<14}{'mean':>7}{'std':>7}{'min':>7}{'max':>7}{'steps':>7}{'spent':>8}{'vs G8':>8}  verdict")
+for name, mean, std, lo, hi, steps, spent, diff, verdict in table:
+    print(f"{name:<14}{mean:>7.3f}{std:>7.3f}{lo:>7.3f}{hi:>7.3f}{steps:>7.0f}{spent:>8.0f}{diff:>+8.3f}  {verdict}")
+record("strategy_table", {name: {"mean": float(mean), "std": float(std), "steps": float(steps),
+                                 "spent": float(spent), "verdict": verdict}
+                          for name, mean, std, lo, hi, steps, spent, diff, verdict in table})
+record("base_accuracy", base_acc)
+not_helped = [n for n, v in verdicts.items() if v in ("no clear difference", "hurt")]
+print("did not help (no clear gain over fixed G=8):", ", ".join(not_helped) or "none")
+
+# %% [markdown]
+# What the runs did, step by step: the schedules' G, the adaptive rule's changes (each with its
+# reason), and what dynamic sampling and replay cost.
+
+# %%
+for name in ("large->small", "small->large", "adaptive"):
+    Gs = [m["num_generations"] for m in runs[name, SEEDS[0]]["history"]]
+    print(f"{name:<13} G by step (seed {SEEDS[0]}):", " ".join(str(g) for g in Gs[:: max(1, len(Gs) // 16)]))
+for step, old, new, reason in runs["adaptive", SEEDS[0]]["changes"][:6]:
+    print(f"  adaptive, step {step}: {reason}")
+dyn = [m for s in SEEDS for m in runs["dynamic", s]["history"]]
+print(f"dynamic: {np.mean([m['dynamic/rounds'] for m in dyn]):.2f} rounds per step on average, "
+      f"{np.mean([m['dynamic/groups_kept'] for m in dyn]) / (SAMPLES_PER_STEP // 8):.2%} of trained groups with signal")
+rep = [m for s in SEEDS for m in runs["replay", s]["history"]]
+ratios = [m["replay/ratio_mean"] for m in rep if "replay/ratio_mean" in m]
+print(f"replay: {np.mean([m['replay/groups'] for m in rep]):.2f} replayed groups per step, mean age "
+      f"{np.mean([m['replay/mean_age'] for m in rep if m['replay/groups']] or [0]):.1f} steps, "
+      f"mean importance ratio {np.mean(ratios) if ratios else float('nan'):.3f}")
+spent_ok = all(BUDGET <= r["history"][-1]["completions_total"] < BUDGET + 3 * SAMPLES_PER_STEP for r in runs.values())
+record("equal_budget", spent_ok)
+sched_ok = all(m["num_generations"] == schedules.value_at(STRATEGIES["large->small"]["group_size_schedule"],
+                                                          m["progress"])
+               and m["num_prompts"] * m["num_generations"] == SAMPLES_PER_STEP
+               for s in SEEDS for m in runs["large->small", s]["history"])
+record("schedule_followed", sched_ok)
+record("adaptive_changes_have_reasons", all(r for s in SEEDS for *_, r in runs["adaptive", s]["changes"]))
+record("dynamic_kept_fraction", float(np.mean([m["dynamic/groups_kept"] for m in dyn]) / (SAMPLES_PER_STEP // 8)))
+record("dynamic_drawn_nonzero_fraction", float(1 - np.mean([m["frac_reward_zero_std"] for m in dyn])))
+record("replayed_groups", float(sum(m["replay/groups"] for m in rep)))
+
+# %% [markdown]
+# ## 5. A mix of temperatures inside a group
+#
+# `temperature=[0.7, 0.7, 1.0, 1.2]` gives the completions of a group different temperatures
+# (cycled over its G rows). Each row is sampled at its temperature **and** its log-probs in the
+# loss are computed at the same temperature (logits divided row by row), so the ratio compares
+# like with like. One group of eight from the base model:
+
+# %%
+from grpo_kit.sampling import row_temperatures, sample_groups
+
+temps = [0.7, 0.7, 1.0, 1.2]
+ro = sample_groups(base_policy, tok, ["47+85="] * 64, 8, 8, temps, torch.Generator().manual_seed(0))
+row_t = row_temperatures(temps, 64, 8, "cpu").squeeze(-1)
+for t in sorted(set(temps)):
+    texts = [c for c, rt in zip(ro.completions, row_t.tolist()) if abs(rt - t) < 1e-6]
+    print(f"T={t}: {len(set(texts))} distinct of {len(texts)} completions, e.g. {texts[:4]}")
+distinct = {t: len({c for c, rt in zip(ro.completions, row_t.tolist()) if abs(rt - t) < 1e-6}) for t in set(temps)}
+record("distinct_by_temperature", {str(k): v for k, v in sorted(distinct.items())})
+
+# %% [markdown]
+# ## 6. Does a replay buffer cure late-training decline?
+#
+# A piece of advice you will meet: "add a replay buffer and the late-training decline goes away".
+# We provoke a decline with a high constant learning rate and compare the same runs with and
+# without `replay_fraction=0.25`. Decline = best held-out accuracy minus final held-out accuracy.
+
+# %%
+DECLINE = dict(steps=DECLINE_STEPS, num_prompts=8, num_generations=8, learning_rate=DECLINE_LR,
+               lr_schedule="constant", eval_every=max(1, DECLINE_STEPS // 10), eval_size=EVAL_SIZE // 2,
+               threads=THREADS, log_kl=False, checkpoint_every=0)
+decline = {}
+for label, extra in (("no replay", {}), ("replay 0.25", dict(replay_fraction=0.25, replay_max_age=4))):
+    for seed in DECLINE_SEEDS:
+        cfg = GRPOConfig(**DECLINE, **extra, seed=seed)
+        run = fresh_run(cfg)
+        list(train(cfg, run))
+        accs = [a for _, a in run.evals]
+        decline[label, seed] = {"evals": run.evals, "best": max(accs), "final": accs[-1], "drop": max(accs) - accs[-1],
+                                "completions": run.history[-1]["completions_total"]}
+fig, ax = plt.subplots(figsize=(7, 3.5), constrained_layout=True)
+for (label, seed), d in decline.items():
+    ax.plot(*zip(*d["evals"]), "-" if label == "no replay" else "--", color="C0" if label == "no replay" else "C3",
+            alpha=0.8, label=label if seed == DECLINE_SEEDS[0] else None)
+ax.set(xlabel="step", ylabel="held-out accuracy", title=f"constant LR {DECLINE_LR}: with and without replay")
+ax.legend()
+plt.show()
+summary = {}
+for label in ("no replay", "replay 0.25"):
+    ds = [decline[label, s] for s in DECLINE_SEEDS]
+    summary[label] = {k: float(np.mean([d[k] for d in ds])) for k in ("best", "final", "drop", "completions")}
+    print(f"{label:<12} best {summary[label]['best']:.3f}  final {summary[label]['final']:.3f}  "
+          f"decline {summary[label]['drop']:.3f}  completions generated {summary[label]['completions']:.0f}")
+record("replay_decline", summary)
+
+# %% [markdown]
+# ## 7. What the runs support
+#
+# The checks below hold whatever the numbers come out to be: the pictures of section 1 match
+# their formulas, every run spent the same budget, the schedule was followed, every adaptive
+# change has a reason, dynamic sampling trained on more groups with signal than it drew. In the
+# full run we also check that training at this budget lifts held-out accuracy above the base
+# model's for the best strategy (the tiny model first dips below its base accuracy for a few
+# dozen steps, so a strategy that spends its budget on few updates may end below it). Whether a strategy *helped* is read from the table, not asserted: the verdicts
+# printed above come from these runs, and the closing note of the issue lists them. In SMOKE
+# mode the budgets are far too small to say anything about accuracy.
+
+# %%
+assert rel_gap < (0.05 if not SMOKE else 0.12), rel_gap
+assert zero_gap < (0.02 if not SMOKE else 0.04), zero_gap
+assert "group_size_schedule[1]" in bad_text
+assert spent_ok and sched_ok
+assert all(r for s in SEEDS for *_, r in runs["adaptive", s]["changes"])
+assert np.mean([m["dynamic/groups_kept"] for m in dyn]) / (SAMPLES_PER_STEP // 8) >= \
+    1 - np.mean([m["frac_reward_zero_std"] for m in dyn]) - 1e-9
+assert sum(m["replay/groups"] for m in rep) > 0
+if not SMOKE:  # at this budget training lifts held-out accuracy above the base model (the best strategy at least)
+    assert max(final[n].mean() for n in STRATEGIES) > base_acc, {n: final[n].mean() for n in STRATEGIES}
+record("wall_seconds", time.time() - T0)
+print(f"notebook ran in {time.time() - T0:.0f} s")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **A difficulty curriculum.** Train with `task_schedule=[[0.0, "add1"], [0.3, ["add1", "add2"]],
+#    [0.6, "add2"]]` at the same budget as above and compare with `G8`. Then try
+#    `curriculum_by="accuracy"` with `curriculum_accuracy=0.9`: when does the run move on?
+# 2. **Format first.** `reward_schedule=[[0.0, ["format"]], [0.2, ["format", "exact_answer"]]]`:
+#    does an early format-only phase cost accuracy at a fixed budget on a model that already
+#    writes numbers?
+# 3. **Code:** write `informative_prompts(B, G, p)` (prompts with a learning signal per step, the
+#    right panel of section 1) and find the G that maximises it for p = 0.9 and B = 128.
+# 4. Move the adaptive thresholds (`adaptive_grow_above`, `adaptive_shrink_below`) closer
+#    together and set `adaptive_patience=1`: how often does G change now?
+
+# %% [markdown] jupyter={"source_hidden": true}
+# **Solution to 3.**
+#
+# ```python
+# def informative_prompts(B, G, p):
+#     return B / G * (1 - p**G - (1 - p)**G)
+#
+# best = max([2, 4, 8, 16, 32, 64], key=lambda G: informative_prompts(128, G, 0.9))
+# print(best, informative_prompts(128, best, 0.9))   # 2 11.52
+# ```
+# For p = 0.9, G = 2 gives 64 * 0.18 = 11.5 prompts with signal, G = 4 gives 32 * 0.34 = 11.0,
+# G = 8 gives 16 * 0.57 = 9.1, G = 16 gives 8 * 0.81 = 6.5: in this count small groups still win;
+# what they lose is the precision of the baseline (left panel), which the count ignores.
+
+# %% [markdown]
+# **Source of the adaptive rule**, for reading:
+
+# %%
+print(inspect.getsource(schedules.adapt_group_size))
+
+# %% [markdown]
+# **Next:** the README's notebook table lists the notebooks that follow; `grpo-kit train --config`
+# takes every field used here from YAML (`group_size_schedule`, `adaptive_group_size`,
+# `dynamic_sampling`, `replay_fraction`, `completion_budget`, ...).
