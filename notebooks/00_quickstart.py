@@ -40,7 +40,8 @@
 # by-hand step; the accuracy claim needs the full run. GRPO_KIT_SMOKE=1 in the environment sets it too.
 import os
 
-SMOKE = os.environ.get("GRPO_KIT_SMOKE") == "1"
+SMOKE = False
+SMOKE = SMOKE or os.environ.get("GRPO_KIT_SMOKE") == "1"
 SEED = 0
 STEPS = 500
 SGD_LR = 0.01              # step size of the by-hand gradient step
