@@ -12,14 +12,19 @@ $(STAMP): requirements.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-.PHONY: install demo test notebooks
+.PHONY: install demo test test-full notebooks
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
+# unit tests and every notebook in smoke mode (SMOKE=True); the full-size notebook runs are deselected
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -ra
+
+# every notebook at its default (full) parameters, asserting every claim it teaches
+test-full: $(STAMP)
+	$(VENV)/bin/python -m pytest -ra -m full
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
