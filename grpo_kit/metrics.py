@@ -3,7 +3,8 @@
 Keys: ``reward``, ``reward_std`` (std of all rewards in the batch), ``frac_reward_zero_std``
 (groups whose rewards are all equal), ``rewards/<func>/mean``, ``completions/mean_length``,
 ``completions/min_length``, ``completions/max_length``, ``completions/clipped_ratio``
-(truncated: no EOS), plus what ``step.train_step`` returns (``loss``, ``grad_norm``,
+(truncated: no EOS), ``completions/mean_length_right`` / ``_wrong`` (see :func:`correct_mask`),
+``samples`` (the first group of the step, as text: :func:`group_samples`), plus what ``step.train_step`` returns (``loss``, ``grad_norm``,
 ``learning_rate``, ``kl``, ``entropy``, ``clip_ratio/*``) and ``accuracy`` when an eval runs.
 """
 from __future__ import annotations
@@ -31,11 +32,14 @@ def reward_metrics(rewards: torch.Tensor, per_func: torch.Tensor | None = None,
     return out
 
 
-def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch.Tensor | None = None) -> dict:
-    """lengths (B,) completion tokens incl. EOS; is_truncated (B,) bool; adv (B,) optional.
+def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch.Tensor | None = None,
+                   correct: torch.Tensor | None = None) -> dict:
+    """lengths (B,) completion tokens incl. EOS; is_truncated (B,) bool; adv (B,) optional;
+    correct (B,) bool optional.
 
     With ``adv``, also the mean length of completions pushed up (A > 0) and pushed down (A < 0):
-    the two quantities Dr. GRPO's length bias is about (keys absent when no such completion).
+    the two quantities Dr. GRPO's length bias is about. With ``correct``, the mean length of right
+    and of wrong answers. A key is absent when no completion falls in its set.
     """
     l = lengths.float()
     out = {
@@ -48,7 +52,47 @@ def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch
         for name, sel in (("pos_adv", adv > 0), ("neg_adv", adv < 0)):
             if bool(sel.any()):
                 out[f"completions/mean_length_{name}"] = l[sel].mean().item()
+    if correct is not None:
+        for name, sel in (("right", correct), ("wrong", ~correct)):
+            if bool(sel.any()):
+                out[f"completions/mean_length_{name}"] = l[sel].mean().item()
     return out
+
+
+CORRECTNESS_JUDGES = ("exact_answer", "math_answer")  # reward functions that score right (1) / wrong (0)
+
+
+def correct_mask(rewards: torch.Tensor, per_func: torch.Tensor | None = None,
+                 func_names: list[str] | None = None) -> torch.Tensor:
+    """Which completions count as right: rewards (B,), per_func (B, K) -> (B,) bool.
+
+    The first correctness judge among the reward functions (``exact_answer``, ``math_answer``)
+    decides: its reward > 0. Without one, the combined reward > 0 (a format bonus then counts
+    as right, so say so where it matters). NaN (a skipped sample) is wrong.
+    """
+    for name in CORRECTNESS_JUDGES:
+        if per_func is not None and func_names and name in func_names:
+            return per_func[:, func_names.index(name)] > 0  # (B,)
+    return rewards.reshape(-1) > 0  # (B,)
+
+
+def group_samples(prompts: list[str], completions: list[str], rewards: torch.Tensor, adv: torch.Tensor,
+                  max_chars: int = 200) -> dict:
+    """The first group of a step, as JSON-ready text: rewards (P, G), adv (P, G) (or (P, G, T):
+    the mean over tokens) with ``prompts``/``completions`` the B = P*G strings of the rollouts.
+
+    -> {"prompt": str, "completions": [G str], "rewards": [G], "advantages": [G]}; strings are cut
+    at ``max_chars`` and NaN becomes None, so the dict stays small and valid JSON.
+    """
+    G = rewards.shape[1]
+    a = adv[0] if adv.dim() == 2 else adv[0].float().mean(-1)  # (G,)
+
+    def num(x):
+        x = float(x)
+        return None if math.isnan(x) else x
+
+    return {"prompt": prompts[0][:max_chars], "completions": [c[:max_chars] for c in completions[:G]],
+            "rewards": [num(x) for x in rewards[0]], "advantages": [num(x) for x in a]}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

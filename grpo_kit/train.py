@@ -33,7 +33,7 @@ from .config import GRPOConfig
 from .errors import CheckpointError, TrainingError
 from .inference import columns_of, greedy_accuracy
 from .judges import get_reward_funcs, score_with_policy
-from .metrics import length_metrics, reward_metrics
+from .metrics import correct_mask, group_samples, length_metrics, reward_metrics
 from .sampling import sample_groups
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
@@ -134,7 +134,9 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(run.reward_funcs)]
     metrics.update(reward_metrics(rewards, per_func, names))
-    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1)))
+    correct = correct_mask(rewards, per_func, names)  # (B,) bool: right answers, for the length split
+    metrics.update(length_metrics(rollouts.lengths, rollouts.is_truncated, adv.reshape(-1), correct))
+    metrics["samples"] = group_samples(rollouts.prompts, rollouts.completions, rewards, adv)  # first group, text
     metrics["step"] = run.step
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
