@@ -54,7 +54,7 @@ import torch
 from grpo_kit import advantages as A
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import plot_advantage_bars, plot_buckets_vs_groups, plot_vs_theory
-from grpo_kit.widgets import advantage_sliders
+from grpo_kit.widgets import advantage_sliders, redraw_on_change
 from IPython.display import display
 
 if SMOKE:
@@ -173,20 +173,7 @@ def k_of_g_figure(k, scale, G=GROUP_SIZE):
 
 k_slider = W.IntSlider(value=1, min=0, max=GROUP_SIZE, description="k right", continuous_update=False)
 scale_buttons = W.ToggleButtons(options=["group", "none"], value="group", description="scale_rewards")
-k_out = W.Output()
-
-
-def redraw_k(_=None):
-    with k_out:
-        k_out.clear_output(wait=True)
-        fig = k_of_g_figure(k_slider.value, scale_buttons.value)
-        display(fig)
-        plt.close(fig)
-
-
-k_slider.observe(redraw_k, names="value")
-scale_buttons.observe(redraw_k, names="value")
-redraw_k()
+k_out = redraw_on_change([k_slider, scale_buttons], lambda: k_of_g_figure(k_slider.value, scale_buttons.value))
 display(W.VBox([W.HBox([k_slider, scale_buttons]), k_out]))
 
 # %% [markdown]

@@ -54,6 +54,7 @@ from grpo_kit import losses as L
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
+from grpo_kit.widgets import redraw_on_change
 from IPython.display import display
 
 if SMOKE:
@@ -100,20 +101,8 @@ fig = plot_objective()
 eps_slider = W.FloatSlider(value=0.2, min=0.05, max=0.5, step=0.01, description="epsilon", continuous_update=False)
 eps_high_slider = W.FloatSlider(value=0.28, min=0.05, max=0.8, step=0.01, description="epsilon_high",
                                 continuous_update=False)
-objective_out = W.Output()
-
-
-def redraw_objective(_=None):
-    with objective_out:
-        objective_out.clear_output(wait=True)
-        fig = plot_objective(eps_slider.value, eps_high_slider.value)
-        display(fig)
-        plt.close(fig)
-
-
-eps_slider.observe(redraw_objective, names="value")
-eps_high_slider.observe(redraw_objective, names="value")
-redraw_objective()
+objective_out = redraw_on_change([eps_slider, eps_high_slider],
+                                 lambda: plot_objective(eps_slider.value, eps_high_slider.value))
 display(W.VBox([W.HBox([eps_slider, eps_high_slider]), objective_out]))
 
 # %%
