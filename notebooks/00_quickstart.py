@@ -239,7 +239,7 @@ print("every rewarded completion, probability after / before one AdamW step:", [
 run = setup(cfg)
 dash = Dashboard(total_steps=cfg.steps, title="GRPO on the tiny model")
 for m in train(cfg, run, should_stop=dash.should_stop):
-    dash.update(m, variant=f"seed {SEED}", run=run)
+    dash.update(m, variant=f"default seed {SEED}", run=run)
     if "accuracy" in m:
         print(f"step {m['step']:4d}  reward {m['reward']:.2f}  held-out accuracy {m['accuracy']:.1%}  "
               f"KL {m['kl']:.3f}  entropy {m['entropy']:.2f}")
