@@ -24,7 +24,7 @@
 # 4. four published variants trained side by side, 3 seeds each, on the live dashboard, with
 #    the spread between seeds.
 #
-# **How long it takes**: TIME_02_FULL with the default parameters (15 training runs: 3 of 150 steps, 12 of
+# **How long it takes**: 54 minutes with the default parameters (15 training runs: 3 of 150 steps, 12 of
 # 120 steps with 2 updates each), 130 s with `SMOKE = True` (measured on 2 CPU cores shared with
 # other jobs, so upper bounds).
 
