@@ -12,7 +12,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-.PHONY: install demo test notebooks chromium
+.PHONY: install demo test test-full notebooks chromium
 install: $(STAMP)
 
 # the browser test (tests/test_browser.py) drives Debian's chromium; install it when missing (CI runs as root)
@@ -22,8 +22,13 @@ chromium:
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
+# unit tests, the browser test and every notebook in smoke mode (SMOKE=True); full-size runs are deselected
 test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -ra
+
+# every notebook at its default (full) parameters, asserting every claim it teaches
+test-full: $(STAMP)
+	$(VENV)/bin/python -m pytest -ra -m full
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -1,0 +1,97 @@
+"""The notebook sources (jupytext percent files, notebooks/NN_name.py) are real code, and the .ipynb match them.
+
+- every ``.py`` has its ``.ipynb`` and they are in sync: regenerating the notebook from the source
+  with jupytext (what ``jupytext --to ipynb --update`` writes) gives the committed file byte for byte;
+- the committed notebooks carry no outputs;
+- ruff finds nothing in the sources;
+- each source compiles, and every ``grpo_kit`` name it imports exists.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NB = ROOT / "notebooks"
+SOURCES = sorted(NB.glob("[0-9][0-9]_*.py"))
+IDS = [p.stem for p in SOURCES]
+
+
+def sync_command(py: Path) -> str:
+    rel = py.relative_to(ROOT)
+    return f".venv/bin/jupytext --to ipynb --update {rel}"
+
+
+def test_every_notebook_has_a_source_and_back():
+    notebooks = sorted(p.stem for p in NB.glob("[0-9][0-9]_*.ipynb") if not p.stem.endswith(".out"))
+    assert len(SOURCES) >= 4, "the notebook sources notebooks/NN_name.py are missing"
+    assert notebooks == IDS, f"notebooks without a source or sources without a notebook: {set(notebooks) ^ set(IDS)}"
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_source_and_notebook_are_in_sync(py, tmp_path):
+    """Regenerate the .ipynb from the .py in a scratch folder and compare bytes."""
+    from jupytext.cli import jupytext as jupytext_cli
+
+    ipynb = py.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.relative_to(ROOT)} is missing; create it with: {sync_command(py)}"
+    for f in (py, ipynb, NB / "jupytext.toml"):
+        shutil.copy(f, tmp_path / f.name)
+    jupytext_cli(["--quiet", "--to", "ipynb", "--update", str(tmp_path / py.name)])
+    want = (tmp_path / ipynb.name).read_text()
+    assert ipynb.read_text() == want, (
+        f"{py.relative_to(ROOT)} and {ipynb.relative_to(ROOT)} are out of sync. If you edited the .py, run: "
+        f"{sync_command(py)}  (if you edited the .ipynb: .venv/bin/jupytext --sync {py.relative_to(ROOT)} "
+        "updates the older of the two)")
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_notebook_is_committed_without_outputs(py):
+    nb = json.loads(py.with_suffix(".ipynb").read_text())
+    dirty = [i for i, c in enumerate(nb["cells"])
+             if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
+    assert not dirty, (f"{py.with_suffix('.ipynb').name}: cells {dirty} carry outputs; clear them "
+                       f"(JupyterLab: Edit > Clear Outputs of All Cells) or regenerate with {sync_command(py)}")
+
+
+def test_sources_pass_ruff():
+    ruff = Path(sys.executable).with_name("ruff")
+    exe = str(ruff) if ruff.exists() else shutil.which("ruff")
+    assert exe, "ruff is not installed: pip install -r requirements.txt (it pins ruff)"
+    res = subprocess.run([exe, "check", "--no-cache", *map(str, SOURCES)], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, f"ruff found problems in the notebook sources:\n{res.stdout}{res.stderr}"
+
+
+def grpo_kit_imports(tree: ast.AST):
+    """(module, name or None, line) for every import of grpo_kit in a parsed source."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "grpo_kit":
+                    yield a.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "grpo_kit":
+            for a in node.names:
+                yield node.module, a.name, node.lineno
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_source_compiles_and_its_grpo_kit_imports_resolve(py):
+    text = py.read_text()
+    tree = ast.parse(text, filename=str(py))
+    compile(tree, str(py), "exec")
+    found = list(grpo_kit_imports(tree))
+    assert found, f"{py.name} imports nothing from grpo_kit: a notebook teaches the kit's own code"
+    for module, name, line in found:
+        mod = importlib.import_module(module)
+        if name is not None and not hasattr(mod, name):
+            try:
+                importlib.import_module(f"{module}.{name}")
+            except ImportError:
+                pytest.fail(f"{py.name}:{line}: `from {module} import {name}`: {module} has no {name}")
