@@ -71,6 +71,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
     from grpo_kit.train import grpo_step, load_checkpoint, save_checkpoint, setup
 
     train_mod, step_mod = importlib.import_module("grpo_kit.train"), importlib.import_module("grpo_kit.step")
+    dynamic_mod = importlib.import_module("grpo_kit.dynamic")  # grpo_step samples through dynamic.sample_batch
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
@@ -88,7 +89,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
     run = setup(cfg, policy=model, tokenizer=tok)
 
     seen = {"rollouts": None, "gen_s": 0.0, "gen_tokens": 0, "first": [], "Tp": 0, "Tc": 0}
-    real_sample, real_loss = train_mod.sample_groups, step_mod.grpo_per_token_loss
+    real_sample, real_loss = dynamic_mod.sample_groups, step_mod.grpo_per_token_loss
 
     def sample(*a, **kw):
         sync(device)
@@ -108,7 +109,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
         seen["calls"] += 1
         return real_loss(logp, old, *a, **kw)
 
-    train_mod.sample_groups, step_mod.grpo_per_token_loss = sample, loss
+    dynamic_mod.sample_groups, step_mod.grpo_per_token_loss = sample, loss
     try:
         times, metrics = [], []
         for _ in range(args.steps):
@@ -136,7 +137,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
             wb = {k: v.detach().float().cpu() for k, v in run.policy.state_dict().items()}
         resume_diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     finally:
-        train_mod.sample_groups, step_mod.grpo_per_token_loss = real_sample, real_loss
+        dynamic_mod.sample_groups, step_mod.grpo_per_token_loss = real_sample, real_loss
 
     est = estimate_memory(config, cfg.num_prompts, cfg.num_generations, seen["Tp"], seen["Tc"], bf16=True,
                           beta=cfg.beta, num_iterations=cfg.num_iterations, device=device.type)

@@ -77,6 +77,7 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
     import importlib
 
     train_mod = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also a function)
+    dynamic_mod = importlib.import_module("grpo_kit.dynamic")  # grpo_step samples through dynamic.sample_batch
 
     torch.set_num_threads(threads)
     spec, P, G, L = CASES[name]
@@ -85,7 +86,7 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
     base = _status_kib("VmRSS") * 1024
     reset_peak()
     shapes = {"prompt_len": 0, "completion_len": 0}
-    real_sample = train_mod.sample_groups
+    real_sample = dynamic_mod.sample_groups
 
     def sample_and_note(*a, **kw):  # the widths the batches really had, for the estimate
         r = real_sample(*a, **kw)
@@ -93,7 +94,7 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
         shapes["completion_len"] = max(shapes["completion_len"], r.completion_ids.shape[1])
         return r
 
-    train_mod.sample_groups = sample_and_note
+    dynamic_mod.sample_groups = sample_and_note
     if spec == "tiny":
         model, tok = load_model("tiny")
     else:

@@ -45,14 +45,13 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
-
 from grpo_kit import schedules
 from grpo_kit.advantages import zero_std_groups
 from grpo_kit.config import GRPOConfig
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.nbtools import record
 from grpo_kit.train import setup, train
+from IPython.display import display
 
 if SMOKE:
     SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE = [0], 32, 96, 2, 20
