@@ -94,6 +94,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
     """
     from tqdm.auto import tqdm
 
+    from .diagnostics import diagnose, report
     from .plotting import plot_history, plotly_history
     from .runfolder import RunLock, atomic_write_text, check_out_folder, check_path
     from .train import resume_run, setup, train, write_history
@@ -124,9 +125,13 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
         title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}"
         plot_history(run.history, run.evals, title, out / "curves.png")
         plotly_history(run.history, run.evals, title, out / "curves.html")
+        findings = diagnose(run.history, cfg)
+        if not quiet:
+            print(report(findings))
         summary = {"base_accuracy": run.evals[0][1], "final_accuracy": run.evals[-1][1], "steps": run.step,
                    "wall_seconds": round(wall, 1), "seed": cfg.seed, "evals": run.evals,
-                   "stopped_by": run.stopped_by, "config": cfg.to_dict()}
+                   "stopped_by": run.stopped_by, "findings": [f.to_dict() for f in findings],
+                   "config": cfg.to_dict()}
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return run, summary
 

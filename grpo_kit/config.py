@@ -94,6 +94,10 @@ class GRPOConfig:
     passed to ``setup()`` directly."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
+    gold_reward_funcs: list[str] = field(default_factory=list)
+    """Reward functions scored on the same completions every step and logged (``gold_reward``) beside the
+    training reward, never used for the advantages: a second opinion that shows reward hacking
+    (the training reward climbs while the gold one does not; see ``diagnostics.py``). Empty = none."""
     seed: int = 0
     """Seeds prompt order, sampling and initialisation; a run is deterministic per seed on one machine."""
 
@@ -255,6 +259,11 @@ class GRPOConfig:
     """A prompt longer than the model's context minus ``max_completion_length``: False raises a DataError
     naming it; True keeps its last tokens (the end, where the question usually is) and warns once."""
 
+    # --- diagnostics (grpo_kit/diagnostics.py)
+    diagnose_every: int = 10
+    """Run the failure detectors over the history every N steps during ``train()`` and log a warning the
+    first time each kind of failure is found (0 = never; ``diagnostics.diagnose`` works on any history)."""
+
     # ------------------------------------------------------------------ methods
     @property
     def batch_size(self) -> int:
@@ -302,6 +311,9 @@ class GRPOConfig:
                                              and all(_is_num(w) for w in self.reward_weights)
                                              and len(self.reward_weights) == len(self.reward_funcs)),
              "reward_weights", f"needs one finite weight per reward function ({len(self.reward_funcs)}) (or None)")
+        need(isinstance(self.gold_reward_funcs, list)
+             and all((isinstance(f, str) and f != "") or callable(f) for f in self.gold_reward_funcs),
+             "gold_reward_funcs", "must be a list of reward function names (see judges.REWARD_FUNCS), empty for none")
         integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
         # sampling
@@ -373,6 +385,7 @@ class GRPOConfig:
         number("reward_timeout_s", "> 0", lambda v: v > 0, optional=True)
         integer("max_consecutive_skips", 0)
         boolean("truncate_prompts")
+        integer("diagnose_every", 0)
         need(self.reward_error_policy != "skip" or self.advantage_estimator == "grpo", "reward_error_policy",
              f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
              f"samples out); use 'zero' or 'raise'")

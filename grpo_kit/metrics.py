@@ -3,7 +3,11 @@
 Keys: ``reward``, ``reward_std`` (std of all rewards in the batch), ``frac_reward_zero_std``
 (groups whose rewards are all equal), ``rewards/<func>/mean``, ``completions/mean_length``,
 ``completions/min_length``, ``completions/max_length``, ``completions/clipped_ratio``
-(truncated: no EOS), ``completions/mean_length_right`` / ``_wrong`` (see :func:`correct_mask`),
+(truncated: no EOS), ``completions/mean_length_right`` / ``_wrong`` and ``completions/clipped_ratio_wrong``
+(length and truncation by right/wrong, see :func:`correct_mask`; with ``cfg.gold_reward_funcs`` the first gold
+function says which), ``completions/distinct_frac`` (distinct completions per group / G, averaged: 1 = every
+completion differs, 1/G = the group is G copies of one text), ``gold_reward`` (the mean of
+``cfg.gold_reward_funcs``, logged only, never trained on), ``advantages/max_abs``,
 ``samples`` (the first group of the step, as text: :func:`group_samples`), plus what ``step.train_step`` returns (``loss``, ``grad_norm``,
 ``learning_rate``, ``kl``, ``entropy``, ``clip_ratio/*``) and ``accuracy`` when an eval runs.
 """
@@ -39,7 +43,8 @@ def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch
 
     With ``adv``, also the mean length of completions pushed up (A > 0) and pushed down (A < 0):
     the two quantities Dr. GRPO's length bias is about. With ``correct``, the mean length of right
-    and of wrong answers. A key is absent when no completion falls in its set.
+    and of wrong answers and the truncation rate of the wrong ones. A key is absent when no
+    completion falls in its set.
     """
     l = lengths.float()
     out = {
@@ -56,6 +61,8 @@ def length_metrics(lengths: torch.Tensor, is_truncated: torch.Tensor, adv: torch
         for name, sel in (("right", correct), ("wrong", ~correct)):
             if bool(sel.any()):
                 out[f"completions/mean_length_{name}"] = l[sel].mean().item()
+        if bool((~correct).any()):
+            out["completions/clipped_ratio_wrong"] = is_truncated[~correct].float().mean().item()
     return out
 
 
@@ -108,3 +115,13 @@ def distinct_n(texts: list[str], n: int = 2) -> float:
     """Distinct n-grams (characters) over all n-grams in ``texts``: 1.0 = no repetition."""
     grams = [t[i:i + n] for t in texts for i in range(len(t) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def distinct_frac(completions: list[str], G: int) -> float:
+    """Mean over groups of (distinct completions in the group) / G; completions are (B,) = P groups of G.
+
+    ``["a", "a", "b", "c"]`` with G = 2 -> groups {a, a} (1/2) and {b, c} (2/2) -> 0.75.
+    """
+    P = len(completions) // G
+    per_group = [len(set(completions[p * G:(p + 1) * G])) / G for p in range(P)]  # (P,)
+    return sum(per_group) / P if P else float("nan")

@@ -32,10 +32,10 @@ from . import dynamic, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
-from .inference import check_columns, check_prompts, greedy_accuracy
-from .judges import RewardLog, get_reward_funcs
+from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
+from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
-from .metrics import correct_mask, group_samples, length_metrics, reward_metrics
+from .metrics import correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
@@ -62,6 +62,8 @@ class Run:
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out greedy accuracy)
     stopped_by: str | None = None    # "Ctrl-C", "SIGTERM", "SIGHUP" or "should_stop" when a run ended early
     steer: object = None  # [steer] schedules.SteerState: adaptive G, curriculum stage, spend, replay buffer
+    gold_funcs: list[Callable] = field(default_factory=list)  # cfg.gold_reward_funcs: logged, never trained on
+    findings: list = field(default_factory=list)  # diagnostics.Finding, each kind once, found while training
 
 
 def pick_device(name: str) -> torch.device:
@@ -103,7 +105,7 @@ def capped_threads(n: int) -> int:
 
 
 def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train_items=None,
-          eval_items=None) -> Run:
+          eval_items=None, gold_reward_funcs=None) -> Run:
     """Build everything a run needs from ``cfg``; pass objects to override the defaults."""
     cfg.validate()
     if cfg.threads:
@@ -137,7 +139,8 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
     sample_device = next(policy.parameters()).device  # torch.multinomial draws where the logits are
     return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
-               torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1))
+               torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1),
+               gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
 
 
 def grpo_step(run: Run) -> dict:
@@ -181,8 +184,13 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
     metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
-    correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
+    gold, correct = _gold_metrics(run, fresh, _items)  # correct (P*G,) bool from the first gold function, or None
+    metrics.update(gold)
+    if correct is None:
+        correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
     metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, fresh_adv.reshape(-1), correct))  # fresh rows
+    metrics["completions/distinct_frac"] = distinct_frac(fresh.completions, G)
+    metrics["advantages/max_abs"] = fresh_adv.abs().max().item()
     metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, fresh_adv)  # first group, text
     metrics.update(extra)
     metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
@@ -202,6 +210,20 @@ def trainer_state(run: Run):
     return TrainerState(global_step=run.step * cfg.num_iterations, max_steps=cfg.steps * cfg.num_iterations,
                         train_batch_size=cfg.micro_batch_size or cfg.batch_size)
 
+
+def _gold_metrics(run: Run, rollouts, items) -> tuple[dict, torch.Tensor | None]:
+    """``gold_reward``: the mean of ``cfg.gold_reward_funcs`` on this step's completions (never trained on),
+    per function too; and which completions are right by the first gold function (its reward > 0), or None."""
+    if not run.gold_funcs:
+        return {}, None
+    policy = "zero" if run.cfg.reward_error_policy != "raise" else "raise"
+    G = len(rollouts.completions) // len(items)
+    gold, gold_per, _, _ = score_with_policy(run.gold_funcs, rollouts.prompts, rollouts.completions,
+                                             columns_of(items, repeat=G), None, policy)  # (B,), (B, K)
+    out = {"gold_reward": torch.nanmean(gold).item()}
+    for k, f in enumerate(run.gold_funcs):
+        out[f"gold_rewards/{getattr(f, '__name__', f'func{k}')}/mean"] = torch.nanmean(gold_per[:, k]).item()
+    return out, gold_per[:, 0].cpu() > 0  # (B,)
 
 def evaluate(run: Run) -> float:
     acc = greedy_accuracy(run.policy, run.tokenizer, run.eval_items, max(run.cfg.max_completion_length, 1))
@@ -364,6 +386,8 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
             metrics["stopped"] = 1.0
             run.stopped_by = signals.signal_name if signals.requested else "should_stop"
         run.history.append(metrics)
+        if cfg.diagnose_every and (run.step % cfg.diagnose_every == 0 or last):
+            metrics.update(_new_findings(run))  # before the history line, so history.jsonl has them
         if out_dir is not None:
             append_line(out_dir / "history.jsonl", _json_line(metrics))
         skips = _skipped_steps(run.history, cfg.num_iterations)
@@ -391,12 +415,24 @@ def _end_early(run: Run, out_dir: Path | None, saved: int | None, why: str | Non
             save_checkpoint(run, out_dir)
 
 
+def _new_findings(run: Run) -> dict:
+    """Run the detectors on the history; warn once per new kind of finding; ``{"findings": [...]}`` if any."""
+    from .diagnostics import diagnose
+
+    seen = {f.kind for f in run.findings}
+    new = [f for f in diagnose(run.history, run.cfg) if f.kind not in seen]
+    for f in new:
+        log.warning("%s", f.summary())
+    run.findings.extend(new)
+    return {"findings": [f.to_dict() for f in new]} if new else {}
+
+
 # ---------------------------------------------------------------- checkpoints
 
 STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
-                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix"}
+                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "diagnose_every"}
 _STEP_DIR = re.compile(r"step-\d+")
 _STEP_NUM = re.compile(r"step-(\d+)")
 

@@ -1,0 +1,371 @@
+"""Name a failing GRPO run from its metrics: ``diagnose(history) -> list[Finding]``.
+
+``history`` is the list of metric dicts ``train()`` yields (or ``history.jsonl`` read back with
+:func:`read_history`). Each detector looks for one classic failure and, when it holds, returns a
+:class:`Finding`: its ``kind``, the first ``step`` at which it holds, the metric values that show
+it (``evidence``), the likely ``cause`` in one sentence and a ``fix`` to try. ``train()`` runs
+the detectors every ``cfg.diagnose_every`` steps and logs a warning the first time each kind is
+found; the CLI prints them at the end and writes them into ``summary.json``.
+
+Detectors (kind: what it reads), each a small function in ``DETECTORS``:
+
+- ``entropy_collapse``: token ``entropy`` and ``completions/distinct_frac`` (distinct
+  completions per group / G) both fall far below their start while the reward is not high:
+  the groups are G copies of one (wrong) answer.
+- ``reward_hacking``: ``reward`` climbs while ``gold_reward`` (``cfg.gold_reward_funcs``, a
+  second judge never trained on) stays flat or falls.
+- ``reward_spike``: one step's ``reward`` far outside the recent steps (robust z-score over a
+  trailing window, median and MAD).
+- ``kl_blowup``: ``kl`` to the reference above an absolute level (nats per token).
+- ``zero_variance_stall``: most groups have all-equal rewards (``frac_reward_zero_std``) for a
+  whole window and the reward has not moved since the start: no signal, no gradient.
+- ``length_blowup``: ``completions/clipped_ratio`` (truncated: no EOS) high for a window and
+  far above its start; length by right/wrong in the evidence.
+- ``reward_decline``: the reward falls well below where it started (it never rose first): the
+  update pushes the wrong way (a sign error, for example ``topk_minus_own_BROKEN_SIGN``).
+- ``late_decline``: the reward rose, then fell well below its peak and stayed there.
+- ``grad_explosion``: the (pre-clip) ``grad_norm`` many times its trailing median, or
+  non-finite, or updates skipped.
+
+Thresholds are keyword arguments of :func:`diagnose` (``DEFAULTS`` lists them). Each default was
+set from measured runs: the healthy runs (``grpo-kit demo`` seeds 0, 1, 2, 500 steps; the four
+notebook-02 variants, 200 steps; ``tests/data/healthy_*.jsonl``) and the failure runs of
+``failures.py`` (``tests/data/failure_*.jsonl``). The measured values are in ``DEFAULTS_MEASURED``
+below, next to each threshold, so a reader can see the margin on each side.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+KINDS = ("entropy_collapse", "reward_hacking", "reward_spike", "kl_blowup", "zero_variance_stall",
+         "length_blowup", "reward_decline", "late_decline", "grad_explosion")
+
+
+@dataclass
+class Finding:
+    kind: str
+    step: int          # first step at which the condition holds
+    evidence: dict     # metric name -> value(s) that show it
+    cause: str         # the likely cause, one sentence
+    fix: str           # what to try
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items())
+        return f"step {self.step}: {self.kind}: {ev}. Cause: {self.cause} Try: {self.fix}"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+# Each default and what set it. "healthy" = the largest (or smallest) value seen on the seven healthy
+# runs at the point the detector compares; "failing" = the value on the failure run of that kind.
+DEFAULTS = {
+    "window": 20,
+    # steps averaged for every "over a window" condition: 20 steps x 128 completions of 0/1
+    # rewards give a window mean with std < 0.01, so window means are not noise.
+    "collapse_entropy_ratio": 0.2,
+    # entropy_collapse: window-mean entropy below this fraction of the first window's.
+    "collapse_distinct_max": 0.3,
+    # ... and window-mean distinct_frac below this (1/G = 0.125 is every group one text).
+    "collapse_reward_max": 0.6,
+    # ... while the window-mean reward is below this: a healthy run converges too (entropy and
+    # distinctness fall as groups agree on the right answer) but with the reward near 1.
+    "hacking_reward_gain": 0.15,
+    # reward_hacking: reward window mean at least this above the first window ...
+    "hacking_gold_gain": 0.02,
+    # ... while gold_reward's window mean rose by at most this (flat or falling).
+    "spike_z": 8.0,
+    # reward_spike: robust z-score (x - median) / (1.4826 MAD) of one step's reward against the
+    # trailing window.
+    "spike_min_jump": 0.3,
+    # ... and the step's reward at least this far from the median (in reward units), so a run whose
+    # reward barely moves (MAD near 0) does not flag a change of 0.05.
+    "kl_max": 1.0,
+    # kl_blowup: window-mean KL (nats per token) above this.
+    "stall_zero_std_min": 0.9,
+    # zero_variance_stall: window-mean frac_reward_zero_std at least this ...
+    "stall_reward_gain": 0.1,
+    # ... and the reward moved less than this since the first window (a run that learned and then
+    # agrees on right answers has gained far more).
+    "length_clipped_min": 0.5,
+    # length_blowup: window-mean truncation rate at least this ...
+    "length_clipped_rise": 0.3,
+    # ... and at least this above the first window's.
+    "decline_drop": 0.15,
+    # reward_decline / late_decline: window-mean reward this far below the start (reward_decline)
+    # or below the best window mean so far (late_decline, after a rise of at least decline_drop).
+    "grad_ratio": 20.0,
+    # grad_explosion: grad_norm this many times the trailing-window median ...
+    "grad_min": 10.0,
+    # ... and at least this large in absolute terms (pre-clip norm).
+}
+
+# What each threshold was set against (filled from the measured runs; see the module docstring).
+DEFAULTS_MEASURED: dict[str, str] = {}
+
+
+def read_history(path: str | Path) -> list[dict]:
+    """A ``history.jsonl`` (one metrics dict per line) back into a list of dicts."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------- helpers over a history
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def series(history: list[dict], key: str) -> list[tuple[int, float]]:
+    """(step, value) for every step whose metrics carry a finite ``key``."""
+    return [(int(m.get("step", i + 1)), float(m[key])) for i, m in enumerate(history) if _finite(m.get(key))]
+
+
+def rolling_means(pts: list[tuple[int, float]], w: int) -> list[tuple[int, float]]:
+    """(step, mean of this value and the w - 1 before it) from the w-th point on."""
+    out, acc = [], 0.0
+    for i, (s, v) in enumerate(pts):
+        acc += v
+        if i >= w:
+            acc -= pts[i - w][1]
+        if i >= w - 1:
+            out.append((s, acc / w))
+    return out
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _at(history: list[dict], step: int, key: str):
+    for m in history:
+        if m.get("step") == step and _finite(m.get(key)):
+            return float(m[key])
+    return None
+
+
+# ---------------------------------------------------------------- detectors
+# each: (history, thresholds, cfg) -> Finding | None
+
+def entropy_collapse(h, t, cfg=None):
+    w = t["window"]
+    ent, dis, rew = (dict(rolling_means(series(h, k), w)) for k in ("entropy", "completions/distinct_frac", "reward"))
+    if not ent or not dis:
+        return None
+    e0 = next(iter(ent.values()))
+    for s in sorted(set(ent) & set(dis) & set(rew)):
+        if ent[s] < t["collapse_entropy_ratio"] * e0 and dis[s] < t["collapse_distinct_max"] \
+                and rew[s] < t["collapse_reward_max"]:
+            return Finding("entropy_collapse", s,
+                           {"entropy": ent[s], "entropy_first_window": e0, "completions/distinct_frac": dis[s],
+                            "reward": rew[s], "window": w},
+                           "The policy has become near-deterministic on answers that are not right: each group is "
+                           "a few copies of one completion, so there is nothing to compare and no way out.",
+                           "a lower learning_rate, a KL penalty (beta > 0), an entropy bonus (entropy_coef), or a "
+                           "higher temperature; resume from a checkpoint before this step")
+    return None
+
+
+def reward_hacking(h, t, cfg=None):
+    w = t["window"]
+    rew, gold = dict(rolling_means(series(h, "reward"), w)), dict(rolling_means(series(h, "gold_reward"), w))
+    if not gold or not rew:
+        return None
+    steps = sorted(set(rew) & set(gold))
+    r0, g0 = rew[steps[0]], gold[steps[0]]
+    for s in steps:
+        if rew[s] - r0 >= t["hacking_reward_gain"] and gold[s] - g0 <= t["hacking_gold_gain"]:
+            return Finding("reward_hacking", s,
+                           {"reward": rew[s], "reward_first_window": r0, "gold_reward": gold[s],
+                            "gold_reward_first_window": g0, "window": w},
+                           "The training reward climbs while the gold judge does not: the policy is exploiting a "
+                           "loophole in the reward function (a pattern, a length) rather than solving the task.",
+                           "fix the reward function's loophole (check the completions it scores highest), add the "
+                           "gold judge to reward_funcs, or add a KL penalty (beta > 0) to slow the drift")
+    return None
+
+
+def reward_spike(h, t, cfg=None):
+    w, pts = t["window"], series(h, "reward")
+    for i in range(w, len(pts)):
+        prev = [v for _, v in pts[i - w:i]]
+        med = statistics.median(prev)
+        mad = statistics.median(abs(v - med) for v in prev)
+        s, v = pts[i]
+        jump = abs(v - med)
+        z = jump / (1.4826 * max(mad, 1e-6))  # a flat window (MAD 0) makes any jump large, but finite
+        if z >= t["spike_z"] and jump >= t["spike_min_jump"]:
+            ev = {"reward": v, "reward_median_before": med, "robust_z": z, "window": w}
+            for k in ("reward_std", "advantages/max_abs", "grad_norm"):
+                x = _at(h, s, k)
+                if x is not None:
+                    ev[k] = x
+            return Finding("reward_spike", s, ev,
+                           "A few samples got rewards far outside the usual range (a rare large reward or a noisy "
+                           "judge), and with few completions per group they dominate the batch's advantages.",
+                           "clip or rescale the reward, use scale_rewards='group' (bounds each group's advantages) "
+                           "or larger groups (num_generations); for a noisy judge, average several judgements")
+    return None
+
+
+def kl_blowup(h, t, cfg=None):
+    w = t["window"]
+    for s, v in rolling_means(series(h, "kl"), w):
+        if v > t["kl_max"]:
+            return Finding("kl_blowup", s, {"kl": v, "kl_step": _at(h, s, "kl"), "window": w},
+                           "The policy has drifted far from the reference model: updates are too large or nothing "
+                           "holds it near the reference.",
+                           f"a KL penalty (beta > 0, now {getattr(cfg, 'beta', '?')}), a lower learning_rate, fewer "
+                           f"num_iterations per batch, or a tighter clip (epsilon)")
+    return None
+
+
+def zero_variance_stall(h, t, cfg=None):
+    w = t["window"]
+    zs, rew = dict(rolling_means(series(h, "frac_reward_zero_std"), w)), dict(rolling_means(series(h, "reward"), w))
+    if not zs or not rew:
+        return None
+    r0 = next(iter(rew.values()))
+    for s in sorted(set(zs) & set(rew)):
+        if zs[s] >= t["stall_zero_std_min"] and abs(rew[s] - r0) < t["stall_reward_gain"]:
+            easy = rew[s] > 0.5
+            return Finding("zero_variance_stall", s,
+                           {"frac_reward_zero_std": zs[s], "reward": rew[s], "reward_first_window": r0, "window": w},
+                           f"Almost every group's completions get the same reward (the task is too "
+                           f"{'easy' if easy else 'hard'} for this model), so every advantage is 0 and there is "
+                           f"no gradient.",
+                           f"a {'harder' if easy else 'easier'} task or curriculum, a partial-credit reward, more "
+                           f"completions per group (num_generations), or dynamic sampling (drop all-equal groups)")
+    return None
+
+
+def length_blowup(h, t, cfg=None):
+    w = t["window"]
+    clip = rolling_means(series(h, "completions/clipped_ratio"), w)
+    if not clip:
+        return None
+    c0 = clip[0][1]
+    for s, v in clip:
+        if v >= t["length_clipped_min"] and v - c0 >= t["length_clipped_rise"]:
+            ev = {"completions/clipped_ratio": v, "clipped_ratio_first_window": c0, "window": w}
+            for k in ("completions/mean_length", "completions/mean_length_correct", "completions/mean_length_wrong",
+                      "completions/clipped_ratio_wrong"):
+                x = _at(h, s, k)
+                if x is not None:
+                    ev[k] = x
+            return Finding("length_blowup", s, ev,
+                           "Completions grow until they hit max_completion_length: long (usually wrong) answers are "
+                           "penalised less per token than short ones, or the reward pays for length.",
+                           "loss_type='dr_grpo' or 'dapo' (no per-sequence length normaliser), "
+                           "mask_truncated_completions=True, an overlong penalty (soft_overlong_punishment), or a "
+                           "reward that does not pay for length")
+    return None
+
+
+def _reward_course(h, t):
+    """Window means of the reward, their first value, and (step, best window mean so far) at each point."""
+    pts = rolling_means(series(h, "reward"), t["window"])
+    return pts, (pts[0][1] if pts else None)
+
+
+def reward_decline(h, t, cfg=None):
+    pts, r0 = _reward_course(h, t)
+    best = -math.inf
+    for s, v in pts:
+        best = max(best, v)
+        if best - r0 >= t["decline_drop"]:
+            return None  # it rose first: a later fall is late_decline's
+        if r0 - v >= t["decline_drop"]:
+            return Finding("reward_decline", s, {"reward": v, "reward_first_window": r0, "window": t["window"]},
+                           "The training reward falls from the start: the updates push the wrong way (an advantage "
+                           "with the wrong sign, a reward that is negated, a loss that is maximised).",
+                           "check the sign of the advantages (higher reward must mean higher advantage; "
+                           "advantage_estimator='topk_minus_own_BROKEN_SIGN' is the known wrong one), then lower "
+                           "the learning_rate")
+    return None
+
+
+def late_decline(h, t, cfg=None):
+    pts, r0 = _reward_course(h, t)
+    best, best_step = -math.inf, None
+    for s, v in pts:
+        if v > best:
+            best, best_step = v, s
+        if best - r0 >= t["decline_drop"] and best - v >= t["decline_drop"]:
+            ev = {"reward": v, "reward_peak": best, "peak_step": best_step, "reward_first_window": r0,
+                  "window": t["window"]}
+            acc = series(h, "accuracy")
+            if acc:
+                ev["accuracy_evals"] = [a for _, a in acc if _ <= s][-3:]
+            return Finding("late_decline", s, ev,
+                           "The reward rose and then fell well below its peak: late updates are undoing what was "
+                           "learned (a step size that is too large for a policy that is already sharp).",
+                           "decay the learning rate (lr_schedule='cosine'), keep the best checkpoint, add a KL "
+                           "penalty (beta > 0); a replay buffer of earlier good samples is a variant you will meet")
+    return None
+
+
+def grad_explosion(h, t, cfg=None):
+    w, pts = t["window"], series(h, "grad_norm")
+    for m in h:  # non-finite gradients skip the update: an explosion by definition
+        if m.get("skipped", 0.0) and m.get("skipped", 0.0) > 0:
+            return Finding("grad_explosion", int(m.get("step", 0)),
+                           {"grad_norm": m.get("grad_norm"), "skipped": m.get("skipped")},
+                           "The gradient was NaN/inf and the update was skipped.",
+                           "a lower learning_rate, a smaller max_grad_norm, bf16=False; check the rewards for "
+                           "extreme values")
+    for i in range(w, len(pts)):
+        med = statistics.median(v for _, v in pts[i - w:i])
+        s, v = pts[i]
+        if v >= t["grad_min"] and v >= t["grad_ratio"] * med:
+            return Finding("grad_explosion", s,
+                           {"grad_norm": v, "grad_norm_median_before": med, "ratio": v / max(med, 1e-12),
+                            "max_grad_norm": getattr(cfg, "max_grad_norm", None), "window": w},
+                           "The gradient norm jumped far above its recent level: the policy is in a region where the "
+                           "loss is very steep (large advantages, tiny probabilities, or a high learning rate).",
+                           "clip the gradient (max_grad_norm, 1.0), lower the learning_rate, rescale the rewards")
+    return None
+
+
+DETECTORS = {"entropy_collapse": entropy_collapse, "reward_hacking": reward_hacking, "reward_spike": reward_spike,
+             "kl_blowup": kl_blowup, "zero_variance_stall": zero_variance_stall, "length_blowup": length_blowup,
+             "reward_decline": reward_decline, "late_decline": late_decline, "grad_explosion": grad_explosion}
+
+
+def diagnose(history: list[dict], cfg=None, kinds=None, **thresholds) -> list[Finding]:
+    """Every failure the metrics show, ordered by the step it starts; ``[]`` for a healthy run.
+
+    ``thresholds`` override ``DEFAULTS`` by name (an unknown name raises ConfigError); ``kinds``
+    limits the detectors run (default: all of ``DETECTORS``). ``cfg`` (the run's GRPOConfig) only
+    makes the advice name current values.
+    """
+    unknown = sorted(set(thresholds) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"diagnose: unknown threshold(s) {unknown}; choose from {sorted(DEFAULTS)}")
+    bad_kinds = sorted(set(kinds or ()) - set(DETECTORS))
+    if bad_kinds:
+        raise ConfigError(f"diagnose: unknown kind(s) {bad_kinds}; choose from {list(DETECTORS)}")
+    t = {**DEFAULTS, **thresholds}
+    found = [f for k in (kinds or DETECTORS) if (f := DETECTORS[k](history, t, cfg)) is not None]
+    return sorted(found, key=lambda f: (f.step, KINDS.index(f.kind)))
+
+
+def report(findings: list[Finding]) -> str:
+    """The findings as text, one paragraph each (what the CLI prints)."""
+    if not findings:
+        return "diagnostics: no failure found"
+    return "\n".join(["diagnostics: " + (f"{len(findings)} finding(s)")] + [f"  - {f.summary()}" for f in findings])

@@ -1,0 +1,159 @@
+"""Each detector on a scripted history with hand-made numbers: it fires where the failure is, names
+its evidence, and stays quiet on a healthy-looking history. Real runs: tests/test_failures.py."""
+import json
+
+import pytest
+
+from grpo_kit.diagnostics import DEFAULTS, DETECTORS, KINDS, Finding, diagnose, read_history, report, rolling_means
+from grpo_kit.errors import ConfigError
+from grpo_kit.metrics import correctness_length_metrics, distinct_frac
+
+W = 4  # a short window keeps the hand-made histories short
+
+
+def hist(n, **cols):
+    """n steps; each column a constant, a list of n values, or a function of the step (1-based)."""
+    out = []
+    for i in range(n):
+        m = {"step": i + 1}
+        for k, v in cols.items():
+            m[k.replace("__", "/")] = v(i + 1) if callable(v) else (v[i] if isinstance(v, list) else v)
+        out.append(m)
+    return out
+
+
+def healthy(n=40):
+    """Reward climbs 0.4 -> ~0.8, entropy eases, every group still mixed: nothing should fire."""
+    return hist(n, reward=lambda s: 0.4 + 0.01 * s, entropy=lambda s: 1.0 - 0.01 * s,
+                completions__distinct_frac=0.6, kl=lambda s: 0.002 * s, grad_norm=lambda s: 0.5 + 0.05 * (s % 3),
+                frac_reward_zero_std=0.3, completions__clipped_ratio=0.0, gold_reward=lambda s: 0.4 + 0.01 * s)
+
+
+def test_healthy_scripted_history_is_quiet():
+    assert diagnose(healthy(), window=W) == []
+    assert report([]) == "diagnostics: no failure found"
+
+
+def test_rolling_means_by_hand():
+    assert rolling_means([(1, 1.0), (2, 3.0), (3, 5.0), (4, 7.0)], 2) == [(2, 2.0), (3, 4.0), (4, 6.0)]
+
+
+def test_distinct_frac_and_length_by_correctness_by_hand():
+    assert distinct_frac(["a", "a", "b", "c"], 2) == 0.75
+    assert distinct_frac(["x"] * 8, 8) == 1 / 8
+    import torch
+    m = correctness_length_metrics(torch.tensor([2, 8, 8, 4]), torch.tensor([False, True, True, False]),
+                                   torch.tensor([True, False, False, False]))
+    assert m == pytest.approx({"completions/mean_length_correct": 2.0, "completions/mean_length_wrong": 20 / 3,
+                               "completions/clipped_ratio_wrong": 2 / 3})
+
+
+def only(findings, kind):
+    assert [f.kind for f in findings] == [kind], [f.summary() for f in findings]
+    f = findings[0]
+    assert isinstance(f, Finding) and f.cause and f.fix and f.evidence
+    json.dumps(f.to_dict())  # evidence is plain JSON (summary.json)
+    return f
+
+
+def test_entropy_collapse_fires_when_entropy_and_distinctness_fall_with_low_reward():
+    # entropy 1.0 until step 10, then 0.1; distinct 0.8 -> 0.125; reward 0.4 -> 0.2
+    h = hist(30, entropy=lambda s: 1.0 if s <= 10 else 0.1, completions__distinct_frac=lambda s: 0.8 if s <= 10 else 0.125,
+             reward=lambda s: 0.4 if s <= 10 else 0.35)
+    f = only(diagnose(h, window=W, kinds=["entropy_collapse"]), "entropy_collapse")
+    # window mean entropy at step 13 = (1.0 + 3*0.1)/4 = 0.325 > 0.2; at 14 = 0.1 < 0.2*1.0; distinct 0.125 < 0.3
+    assert f.step == 14 and f.evidence["entropy"] == pytest.approx(0.1)
+    assert f.evidence["completions/distinct_frac"] == pytest.approx(0.125)
+    # the same collapse with a high reward is convergence, not collapse
+    converged = hist(30, entropy=lambda s: 1.0 if s <= 10 else 0.1,
+                     completions__distinct_frac=lambda s: 0.8 if s <= 10 else 0.125, reward=0.95)
+    assert diagnose(converged, window=W, kinds=["entropy_collapse"]) == []
+
+
+def test_reward_hacking_needs_the_gold_reward_flat_while_reward_climbs():
+    h = hist(30, reward=lambda s: 0.3 + 0.02 * s, gold_reward=lambda s: 0.3 - 0.005 * s)
+    f = only(diagnose(h, window=W, kinds=["reward_hacking"]), "reward_hacking")
+    # window means: reward at step s = 0.3 + 0.02 (s - 1.5); first window (step 4) 0.35; gain >= 0.15 first at s = 12
+    assert f.step == 12 and f.evidence["gold_reward"] < f.evidence["gold_reward_first_window"]
+    honest = hist(30, reward=lambda s: 0.3 + 0.02 * s, gold_reward=lambda s: 0.3 + 0.02 * s)
+    assert diagnose(honest, window=W) == []
+    no_gold = hist(30, reward=lambda s: 0.3 + 0.02 * s)
+    assert diagnose(no_gold, window=W, kinds=["reward_hacking"]) == []
+
+
+def test_reward_spike_robust_z_and_absolute_jump():
+    base = [0.50, 0.52, 0.48, 0.50, 0.51, 0.49, 0.50, 0.50]
+    h = hist(10, reward=base + [3.0, 0.5], advantages__max_abs=[1.0] * 8 + [7.0, 1.0])
+    f = only(diagnose(h, window=W, kinds=["reward_spike"]), "reward_spike")
+    # window before step 9: 0.51 0.49 0.50 0.50 -> median 0.50, MAD 0.005; z = 2.5 / (1.4826 * 0.005) = 337
+    assert f.step == 9 and f.evidence["reward_median_before"] == pytest.approx(0.5)
+    assert f.evidence["robust_z"] == pytest.approx(2.5 / (1.4826 * 0.005))
+    assert f.evidence["advantages/max_abs"] == 7.0
+    # a jump of 0.1 is 13 MADs but below spike_min_jump: quiet
+    assert diagnose(hist(10, reward=base + [0.6, 0.5]), window=W, kinds=["reward_spike"]) == []
+
+
+def test_kl_blowup_window_mean_over_kl_max():
+    h = hist(12, kl=[0.1] * 6 + [2.0] * 6)
+    f = only(diagnose(h, window=W, kinds=["kl_blowup"]), "kl_blowup")
+    # window means: step 8 = (0.1*2 + 2*2)/4 = 1.05 > 1.0 (step 7: 0.575)
+    assert f.step == 8 and f.evidence["kl"] == pytest.approx(1.05)
+
+
+def test_zero_variance_stall_too_hard_and_too_easy_and_not_after_learning():
+    hard = hist(20, frac_reward_zero_std=0.95, reward=0.01)
+    f = only(diagnose(hard, window=W, kinds=["zero_variance_stall"]), "zero_variance_stall")
+    assert f.step == W and "too hard" in f.cause and "easier" in f.fix
+    easy = hist(20, frac_reward_zero_std=0.95, reward=0.98)
+    assert "too easy" in only(diagnose(easy, window=W, kinds=["zero_variance_stall"]), "zero_variance_stall").cause
+    learned = hist(40, frac_reward_zero_std=lambda s: 0.3 if s < 20 else 0.95, reward=lambda s: min(0.4 + 0.03 * s, 0.97))
+    assert diagnose(learned, window=W, kinds=["zero_variance_stall"]) == []
+
+
+def test_length_blowup_reports_length_by_right_and_wrong():
+    h = hist(20, completions__clipped_ratio=lambda s: 0.0 if s <= 8 else 0.9, completions__mean_length_wrong=15.0,
+             completions__mean_length_correct=9.0)
+    f = only(diagnose(h, window=W, kinds=["length_blowup"]), "length_blowup")
+    # window means at step 10: 0.45, step 11: 0.675 >= 0.5 and 0.675 - 0 >= 0.3
+    assert f.step == 11 and f.evidence["completions/mean_length_wrong"] == 15.0
+
+
+def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
+    sign = hist(20, reward=lambda s: 0.4 - 0.02 * s)
+    f = only(diagnose(sign, window=W), "reward_decline")
+    # first window mean (step 4) = 0.4 - 0.02*2.5 = 0.35; drop >= 0.15 when 0.02 (s - 4) >= 0.15 -> s = 12 (11.5)
+    assert f.step == 12
+    late = hist(60, reward=lambda s: 0.4 + 0.02 * s if s <= 25 else 0.9 - 0.03 * (s - 25))
+    f = only(diagnose(late, window=W), "late_decline")
+    # best window: steps 23-26 = 0.86, 0.88, 0.90, 0.87 -> 0.8775 at step 26
+    assert f.evidence["reward_peak"] == pytest.approx(0.8775) and f.evidence["peak_step"] == 26
+    assert f.step > 25
+
+
+def test_grad_explosion_ratio_and_skipped_updates():
+    h = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 0.5, 0.5])
+    f = only(diagnose(h, window=W, kinds=["grad_explosion"]), "grad_explosion")
+    assert f.step == 9 and f.evidence["ratio"] == pytest.approx(80.0)
+    # large but steady gradients (a reward scale) are not an explosion
+    assert diagnose(hist(12, grad_norm=40.0), window=W, kinds=["grad_explosion"]) == []
+    skipped = hist(12, grad_norm=0.5, skipped=lambda s: 1.0 if s == 5 else 0.0)
+    assert only(diagnose(skipped, window=W, kinds=["grad_explosion"]), "grad_explosion").step == 5
+
+
+def test_every_kind_has_a_detector_and_bad_names_raise():
+    assert set(KINDS) == set(DETECTORS)
+    for name in ("entropy_collapse", "reward_hacking", "reward_spike", "kl_blowup", "zero_variance_stall",
+                 "length_blowup", "late_decline", "grad_explosion"):
+        assert name in KINDS
+    with pytest.raises(ConfigError, match="unknown threshold"):
+        diagnose([], windw=3)
+    with pytest.raises(ConfigError, match="unknown kind"):
+        diagnose([], kinds=["collapse"])
+    assert set(DEFAULTS) >= {"window", "kl_max", "spike_z"}
+
+
+def test_read_history_round_trip(tmp_path):
+    h = healthy(10)
+    p = tmp_path / "history.jsonl"
+    p.write_text("".join(json.dumps(m) + "\n" for m in h))
+    assert read_history(p) == h
