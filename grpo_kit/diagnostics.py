@@ -77,6 +77,9 @@ DEFAULTS = {
     "window": 20,
     # steps averaged for every "over a window" condition: 20 steps x 128 completions of 0/1
     # rewards give a window mean with std < 0.01, so window means are not noise.
+    "start_window": 5,
+    # steps averaged for the level "at the start" that later windows are compared with: short, because
+    # a failure can take hold within 20 steps (the sign error drives the reward to 0 in about 10).
     "collapse_entropy_ratio": 0.2,
     # entropy_collapse: window-mean entropy below this fraction of the first window's.
     "collapse_distinct_max": 0.3,
@@ -85,7 +88,7 @@ DEFAULTS = {
     # ... while the window-mean reward is below this: a healthy run converges too (entropy and
     # distinctness fall as groups agree on the right answer) but with the reward near 1.
     "hacking_reward_gain": 0.15,
-    # reward_hacking: reward window mean at least this above the first window ...
+    # reward_hacking: reward window mean at least this above its start ...
     "hacking_gold_gain": 0.02,
     # ... while gold_reward's window mean rose by at most this (flat or falling).
     "spike_z": 8.0,
@@ -99,12 +102,12 @@ DEFAULTS = {
     "stall_zero_std_min": 0.9,
     # zero_variance_stall: window-mean frac_reward_zero_std at least this ...
     "stall_reward_gain": 0.1,
-    # ... and the reward moved less than this since the first window (a run that learned and then
+    # ... and the reward moved less than this since the start (a run that learned and then
     # agrees on right answers has gained far more).
     "length_clipped_min": 0.5,
     # length_blowup: window-mean truncation rate at least this ...
     "length_clipped_rise": 0.3,
-    # ... and at least this above the first window's.
+    # ... and at least this above its start.
     "decline_drop": 0.15,
     # reward_decline / late_decline: window-mean reward this far below the start (reward_decline)
     # or below the best window mean so far (late_decline, after a rise of at least decline_drop).
@@ -146,6 +149,11 @@ def rolling_means(pts: list[tuple[int, float]], w: int) -> list[tuple[int, float
     return out
 
 
+def start_mean(pts: list[tuple[int, float]], n: int) -> float | None:
+    """Mean of the first ``n`` values: the level a run starts from."""
+    return _mean(v for _, v in pts[:n]) if pts else None
+
+
 def _mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs) if xs else float("nan")
@@ -166,12 +174,12 @@ def entropy_collapse(h, t, cfg=None):
     ent, dis, rew = (dict(rolling_means(series(h, k), w)) for k in ("entropy", "completions/distinct_frac", "reward"))
     if not ent or not dis:
         return None
-    e0 = next(iter(ent.values()))
+    e0 = start_mean(series(h, "entropy"), t["start_window"])
     for s in sorted(set(ent) & set(dis) & set(rew)):
         if ent[s] < t["collapse_entropy_ratio"] * e0 and dis[s] < t["collapse_distinct_max"] \
                 and rew[s] < t["collapse_reward_max"]:
             return Finding("entropy_collapse", s,
-                           {"entropy": ent[s], "entropy_first_window": e0, "completions/distinct_frac": dis[s],
+                           {"entropy": ent[s], "entropy_at_start": e0, "completions/distinct_frac": dis[s],
                             "reward": rew[s], "window": w},
                            "The policy has become near-deterministic on answers that are not right: each group is "
                            "a few copies of one completion, so there is nothing to compare and no way out.",
@@ -186,12 +194,12 @@ def reward_hacking(h, t, cfg=None):
     if not gold or not rew:
         return None
     steps = sorted(set(rew) & set(gold))
-    r0, g0 = rew[steps[0]], gold[steps[0]]
+    r0, g0 = start_mean(series(h, "reward"), t["start_window"]), start_mean(series(h, "gold_reward"), t["start_window"])
     for s in steps:
         if rew[s] - r0 >= t["hacking_reward_gain"] and gold[s] - g0 <= t["hacking_gold_gain"]:
             return Finding("reward_hacking", s,
-                           {"reward": rew[s], "reward_first_window": r0, "gold_reward": gold[s],
-                            "gold_reward_first_window": g0, "window": w},
+                           {"reward": rew[s], "reward_at_start": r0, "gold_reward": gold[s],
+                            "gold_reward_at_start": g0, "window": w},
                            "The training reward climbs while the gold judge does not: the policy is exploiting a "
                            "loophole in the reward function (a pattern, a length) rather than solving the task.",
                            "fix the reward function's loophole (check the completions it scores highest), add the "
@@ -239,12 +247,12 @@ def zero_variance_stall(h, t, cfg=None):
     zs, rew = dict(rolling_means(series(h, "frac_reward_zero_std"), w)), dict(rolling_means(series(h, "reward"), w))
     if not zs or not rew:
         return None
-    r0 = next(iter(rew.values()))
+    r0 = start_mean(series(h, "reward"), t["start_window"])
     for s in sorted(set(zs) & set(rew)):
         if zs[s] >= t["stall_zero_std_min"] and abs(rew[s] - r0) < t["stall_reward_gain"]:
             easy = rew[s] > 0.5
             return Finding("zero_variance_stall", s,
-                           {"frac_reward_zero_std": zs[s], "reward": rew[s], "reward_first_window": r0, "window": w},
+                           {"frac_reward_zero_std": zs[s], "reward": rew[s], "reward_at_start": r0, "window": w},
                            f"Almost every group's completions get the same reward (the task is too "
                            f"{'easy' if easy else 'hard'} for this model), so every advantage is 0 and there is "
                            f"no gradient.",
@@ -258,10 +266,10 @@ def length_blowup(h, t, cfg=None):
     clip = rolling_means(series(h, "completions/clipped_ratio"), w)
     if not clip:
         return None
-    c0 = clip[0][1]
+    c0 = start_mean(series(h, "completions/clipped_ratio"), t["start_window"])
     for s, v in clip:
         if v >= t["length_clipped_min"] and v - c0 >= t["length_clipped_rise"]:
-            ev = {"completions/clipped_ratio": v, "clipped_ratio_first_window": c0, "window": w}
+            ev = {"completions/clipped_ratio": v, "clipped_ratio_at_start": c0, "window": w}
             for k in ("completions/mean_length", "completions/mean_length_correct", "completions/mean_length_wrong",
                       "completions/clipped_ratio_wrong"):
                 x = _at(h, s, k)
@@ -277,9 +285,9 @@ def length_blowup(h, t, cfg=None):
 
 
 def _reward_course(h, t):
-    """Window means of the reward, their first value, and (step, best window mean so far) at each point."""
-    pts = rolling_means(series(h, "reward"), t["window"])
-    return pts, (pts[0][1] if pts else None)
+    """Window means of the reward and its mean over the first ``start_window`` steps."""
+    raw = series(h, "reward")
+    return rolling_means(raw, t["window"]), start_mean(raw, t["start_window"])
 
 
 def reward_decline(h, t, cfg=None):
@@ -290,7 +298,7 @@ def reward_decline(h, t, cfg=None):
         if best - r0 >= t["decline_drop"]:
             return None  # it rose first: a later fall is late_decline's
         if r0 - v >= t["decline_drop"]:
-            return Finding("reward_decline", s, {"reward": v, "reward_first_window": r0, "window": t["window"]},
+            return Finding("reward_decline", s, {"reward": v, "reward_at_start": r0, "window": t["window"]},
                            "The training reward falls from the start: the updates push the wrong way (an advantage "
                            "with the wrong sign, a reward that is negated, a loss that is maximised).",
                            "check the sign of the advantages (higher reward must mean higher advantage; "
@@ -306,7 +314,7 @@ def late_decline(h, t, cfg=None):
         if v > best:
             best, best_step = v, s
         if best - r0 >= t["decline_drop"] and best - v >= t["decline_drop"]:
-            ev = {"reward": v, "reward_peak": best, "peak_step": best_step, "reward_first_window": r0,
+            ev = {"reward": v, "reward_peak": best, "peak_step": best_step, "reward_at_start": r0,
                   "window": t["window"]}
             acc = series(h, "accuracy")
             if acc:

@@ -71,10 +71,11 @@ def test_entropy_collapse_fires_when_entropy_and_distinctness_fall_with_low_rewa
 
 
 def test_reward_hacking_needs_the_gold_reward_flat_while_reward_climbs():
-    h = hist(30, reward=lambda s: 0.3 + 0.02 * s, gold_reward=lambda s: 0.3 - 0.005 * s)
+    h = hist(30, reward=lambda s: 0.3 + 0.03 * s, gold_reward=lambda s: 0.3 - 0.005 * s)
     f = only(diagnose(h, window=W, kinds=["reward_hacking"]), "reward_hacking")
-    # window means: reward at step s = 0.3 + 0.02 (s - 1.5); first window (step 4) 0.35; gain >= 0.15 first at s = 12
-    assert f.step == 12 and f.evidence["gold_reward"] < f.evidence["gold_reward_first_window"]
+    # start (steps 1-5) 0.39; window mean at step s = 0.3 + 0.03 (s - 1.5): gain 0.03 (s - 1.5) - 0.09 >= 0.15 at s = 10
+    assert f.step == 10 and f.evidence["reward_at_start"] == pytest.approx(0.39)
+    assert f.evidence["gold_reward"] < f.evidence["gold_reward_at_start"]
     honest = hist(30, reward=lambda s: 0.3 + 0.02 * s, gold_reward=lambda s: 0.3 + 0.02 * s)
     assert diagnose(honest, window=W) == []
     no_gold = hist(30, reward=lambda s: 0.3 + 0.02 * s)
@@ -119,10 +120,10 @@ def test_length_blowup_reports_length_by_right_and_wrong():
 
 
 def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
-    sign = hist(20, reward=lambda s: 0.4 - 0.02 * s)
+    sign = hist(20, reward=lambda s: 0.4 - 0.03 * s)
     f = only(diagnose(sign, window=W), "reward_decline")
-    # first window mean (step 4) = 0.4 - 0.02*2.5 = 0.35; drop >= 0.15 when 0.02 (s - 4) >= 0.15 -> s = 12 (11.5)
-    assert f.step == 12
+    # start (steps 1-5) = 0.31; window mean at s = 0.4 - 0.03 (s - 1.5): drop 0.03 (s - 1.5) - 0.09 >= 0.15 at s = 10
+    assert f.step == 10 and f.evidence["reward_at_start"] == pytest.approx(0.31)
     late = hist(60, reward=lambda s: 0.4 + 0.02 * s if s <= 25 else 0.9 - 0.03 * (s - 25))
     f = only(diagnose(late, window=W), "late_decline")
     # best window: steps 23-26 = 0.86, 0.88, 0.90, 0.87 -> 0.8775 at step 26
