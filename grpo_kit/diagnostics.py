@@ -108,9 +108,14 @@ DEFAULTS = {
     # length_blowup: window-mean truncation rate at least this ...
     "length_clipped_rise": 0.3,
     # ... and at least this above its start.
+    "decline_frac": 0.4,
+    # reward_decline: window-mean reward at most this fraction of its start (the reward of the
+    # untrained policy is low, about 0.1 on the demo, so the fall is measured relative to it) ...
+    "decline_min_drop": 0.03,
+    # ... and at least this far below it in reward units (a start near 0 is noise, not a level).
     "decline_drop": 0.15,
-    # reward_decline / late_decline: window-mean reward this far below the start (reward_decline)
-    # or below the best window mean so far (late_decline, after a rise of at least decline_drop).
+    # late_decline: after rising at least this far above its start, the window-mean reward falls
+    # at least this far below its best window mean so far.
     "grad_ratio": 20.0,
     # grad_explosion: grad_norm this many times the trailing-window median ...
     "grad_min": 10.0,
@@ -209,8 +214,8 @@ def reward_hacking(h, t, cfg=None):
 
 def reward_spike(h, t, cfg=None):
     w, pts = t["window"], series(h, "reward")
-    for i in range(w, len(pts)):
-        prev = [v for _, v in pts[i - w:i]]
+    for i in range(t["start_window"], len(pts)):  # the trailing window: up to w steps, at least start_window
+        prev = [v for _, v in pts[max(i - w, 0):i]]
         med = statistics.median(prev)
         mad = statistics.median(abs(v - med) for v in prev)
         s, v = pts[i]
@@ -297,7 +302,7 @@ def reward_decline(h, t, cfg=None):
         best = max(best, v)
         if best - r0 >= t["decline_drop"]:
             return None  # it rose first: a later fall is late_decline's
-        if r0 - v >= t["decline_drop"]:
+        if v <= t["decline_frac"] * r0 and r0 - v >= t["decline_min_drop"]:
             return Finding("reward_decline", s, {"reward": v, "reward_at_start": r0, "window": t["window"]},
                            "The training reward falls from the start: the updates push the wrong way (an advantage "
                            "with the wrong sign, a reward that is negated, a loss that is maximised).",
@@ -336,8 +341,8 @@ def grad_explosion(h, t, cfg=None):
                            "The gradient was NaN/inf and the update was skipped.",
                            "a lower learning_rate, a smaller max_grad_norm, bf16=False; check the rewards for "
                            "extreme values")
-    for i in range(w, len(pts)):
-        med = statistics.median(v for _, v in pts[i - w:i])
+    for i in range(t["start_window"], len(pts)):
+        med = statistics.median(v for _, v in pts[max(i - w, 0):i])
         s, v = pts[i]
         if v >= t["grad_min"] and v >= t["grad_ratio"] * med:
             return Finding("grad_explosion", s,

@@ -201,3 +201,96 @@ def run_failure(name: str, seed: int = 0, fixed: bool = False, steps: int | None
         if on_step is not None:
             on_step(m)
     return FailureRun(name, fixed, cfg, run, diagnose(run.history, cfg))
+
+
+def dashboard_hook(dash, variant: str) -> Callable[[dict], None]:
+    """``on_step`` for :func:`run_failure` that feeds a ``dashboard.Dashboard`` and marks each finding
+    the live check reports (``metrics["findings"]``) at the step it starts."""
+    def on_step(m: dict) -> None:
+        dash.update(m, variant=variant)
+        for f in m.get("findings", []):
+            dash.mark(f["step"], f["kind"], variant=variant)
+    return on_step
+
+
+def compare_table(runs: list[FailureRun], keys=("reward", "completions/distinct_frac", "entropy", "kl"),
+                  last: int = 20) -> str:
+    """A text table: each run's held-out accuracy (start -> end), the mean of ``keys`` over its last
+    ``last`` steps, and its findings (kind@step)."""
+    head = f"{'run':<34}{'accuracy':>16}" + "".join(f"{k.split('/')[-1][:12]:>14}" for k in keys) + "  findings"
+    rows = [head]
+    for r in runs:
+        tail = r.history[-last:]
+        vals = []
+        for k in keys:
+            xs = [m[k] for m in tail if isinstance(m.get(k), (int, float))]
+            vals.append(sum(xs) / len(xs) if xs else float("nan"))
+        acc = f"{r.run.evals[0][1]:.1%} -> {r.run.evals[-1][1]:.1%}"
+        label = f"{r.name}{' + fix' if r.fixed else ''}"
+        found = ", ".join(f"{f.kind}@{f.step}" for f in r.findings) or "-"
+        rows.append(f"{label:<34}{acc:>16}" + "".join(f"{v:>14.3f}" for v in vals) + f"  {found}")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- where the memory of a step goes
+
+def _rss_kib(field: str = "VmHWM") -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def _step_memory(changes: dict) -> dict:
+    """In this process: sample one batch, reset the peak-RSS counter, run one ``train_step``, and report
+    the peak RSS it added (MiB) beside the bytes of the batch's logits, of the group statistics, and
+    of the rollouts. Linux only (``/proc/self/clear_refs``)."""
+    import torch
+
+    from .sampling import sample_groups
+    from .step import train_step
+    from .train import setup
+
+    cfg = GRPOConfig(**{"threads": 1, "eval_size": 1, **changes})
+    run = setup(cfg)
+    items = run.train_items[:cfg.num_prompts]
+    with torch.no_grad():
+        ro = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], cfg.num_generations,
+                           cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    rewards = torch.rand(cfg.num_prompts, cfg.num_generations, generator=torch.Generator().manual_seed(0))  # (P, G)
+    adv = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)  # (P, G)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM (peak RSS) to the current RSS
+    before = _rss_kib("VmRSS")
+    train_step(run.policy, run.ref, run.optimizer, ro, adv, cfg)
+    peak = _rss_kib("VmHWM")
+    B, Tc = ro.completion_ids.shape
+    T = ro.prompt_ids.shape[1] + Tc
+    V, H = run.policy.config.vocab_size, run.policy.config.hidden_size
+    L = run.policy.config.num_hidden_layers
+    return {"B": B, "T": T, "V": V, "micro_batch_size": cfg.micro_batch_size or B,
+            "step_peak_mib": (peak - before) / 1024,
+            "logits_mib": (cfg.micro_batch_size or B) * T * V * 4 / 2**20,
+            "hidden_states_mib": (cfg.micro_batch_size or B) * T * H * L * 4 / 2**20,
+            "group_stats_mib": 3 * B * 4 / 2**20}  # rewards, advantages, a mean/std per row: B floats each
+
+
+def measure_step_memory(timeout: float = 300, **changes) -> dict:
+    """:func:`_step_memory` in a fresh Python process (so nothing else sits in its peak RSS)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "grpo_kit.failures", "--memory", json.dumps(changes)],
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory measurement failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # python -m grpo_kit.failures --memory '{"num_prompts": 64}'
+    import json
+    import sys
+
+    if sys.argv[1:2] == ["--memory"]:
+        print(json.dumps(_step_memory(json.loads(sys.argv[2]))))

@@ -122,8 +122,10 @@ def test_length_blowup_reports_length_by_right_and_wrong():
 def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
     sign = hist(20, reward=lambda s: 0.4 - 0.03 * s)
     f = only(diagnose(sign, window=W), "reward_decline")
-    # start (steps 1-5) = 0.31; window mean at s = 0.4 - 0.03 (s - 1.5): drop 0.03 (s - 1.5) - 0.09 >= 0.15 at s = 10
-    assert f.step == 10 and f.evidence["reward_at_start"] == pytest.approx(0.31)
+    # start (steps 1-5) = 0.31; window mean at s = 0.4 - 0.03 (s - 1.5) <= 0.4 * 0.31 = 0.124 from s = 10.7 on
+    assert f.step == 11 and f.evidence["reward_at_start"] == pytest.approx(0.31)
+    # a start near 0 is no level to fall from: 0.02 -> 0.0 is quiet
+    assert diagnose(hist(20, reward=lambda s: 0.02 if s <= 5 else 0.0), window=W, kinds=["reward_decline"]) == []
     late = hist(60, reward=lambda s: 0.4 + 0.02 * s if s <= 25 else 0.9 - 0.03 * (s - 25))
     f = only(diagnose(late, window=W), "late_decline")
     # best window: steps 23-26 = 0.86, 0.88, 0.90, 0.87 -> 0.8775 at step 26

@@ -1,0 +1,207 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Failure lab II: reward spikes and reward hacking
+#
+# **What you will learn.** Two failures that start in the *judge*, not in the optimiser:
+# 1. **reward spikes**: a judge that now and then pays a huge reward (a bonus that almost never
+#    fires, a scorer bug) or that is noisy. Which advantage normalisation *amplifies* the damage and
+#    which *damps* it, worked out on one group and then measured on training runs;
+# 2. **reward hacking**: a proxy judge with a loophole (it pays for length, "effort", instead of
+#    correctness). The training reward climbs; only a second opinion, a *gold* judge scored on the
+#    same completions and never trained on (`GRPOConfig.gold_reward_funcs`), shows that the model
+#    is getting worse.
+#
+# Each is broken on purpose, watched on the dashboard, named by `diagnose`, fixed and compared.
+#
+# **Time:** about 6 minutes on 2 cores (full run); `SMOKE=True` runs every cell in about a minute.
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
+SMOKE = False
+SEED = 0
+THREADS = 2
+
+# %%
+import inspect
+
+import matplotlib.pyplot as plt
+import torch
+
+from grpo_kit.advantages import compute_advantages
+from grpo_kit.dashboard import Dashboard
+from grpo_kit.diagnostics import report
+from grpo_kit import failures
+from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failure
+from grpo_kit.nbtools import record
+from grpo_kit.plotting import smooth
+
+SHORT = 12 if SMOKE else None
+EVAL_SIZE = 30 if SMOKE else 200
+
+# %% [markdown]
+# ## 1. One group, three normalisations
+#
+# Take two groups of G = 4 completions. In the first, one completion hit a **jackpot** of 40 (the
+# others are right, 1, or wrong, 0). In the second, all four are wrong, but the judge is **noisy**:
+# it adds a little Gaussian noise (std 0.05) to every score. The advantages under
+# `scale_rewards='none'` (Dr. GRPO: r - mean), `'group'` (DeepSeekMath: z-score within the group)
+# and `'batch'` (divide by the std of the whole batch):
+
+# %%
+g = torch.Generator().manual_seed(SEED)
+jackpot = torch.tensor([[0.0, 1.0, 0.0, 40.0]])                               # (1, G)
+noisy = torch.zeros(1, 4) + 0.05 * torch.randn(1, 4, generator=g)            # (1, G) all wrong + noise
+batch = torch.cat([jackpot, noisy])                                           # (P=2, G=4)
+adv = {s: compute_advantages(batch, s) for s in ("none", "group", "batch")}
+print(f"{'':<8}{'jackpot group':>34}{'noisy all-wrong group':>36}")
+for s, a in adv.items():
+    print(f"{s:<8}{str([round(x, 2) for x in a[0].tolist()]):>34}{str([round(x, 2) for x in a[1].tolist()]):>36}")
+print(inspect.getsource(failures.jackpot_judge))
+
+# %% [markdown]
+# Read the two columns:
+# - **the jackpot** goes straight into the update under `'none'`: its advantage is about 30, thirty
+#   times a right answer's. `'group'` bounds every group's advantages by about sqrt(G - 1), whatever
+#   the reward scale: it **damps** a spike. (`'batch'` damps it too, and shrinks every other group's
+#   advantages along with it.)
+# - **the noisy group** has no real signal, yet `'group'` divides noise by noise and hands it
+#   advantages as large as a real right-vs-wrong difference: it **amplifies** judge noise. `'none'`
+#   keeps it at the noise's own size (about 0.05).
+#
+# So neither normalisation is safe against both: clip or fix the judge.
+
+# %%
+max_abs = {s: (a[0].abs().max().item(), a[1].abs().max().item()) for s, a in adv.items()}
+record("spike_max_abs_adv", {s: v[0] for s, v in max_abs.items()})
+record("noise_max_abs_adv", {s: v[1] for s, v in max_abs.items()})
+assert max_abs["none"][0] > 10 * max_abs["group"][0]          # none passes the jackpot through, group damps it
+assert max_abs["group"][1] > 10 * max_abs["none"][1]          # group amplifies noise, none keeps it small
+assert max_abs["group"][0] <= (4 - 1) ** 0.5 + 1e-4            # the bound sqrt(G - 1) (unbiased std)
+
+# %% [markdown]
+# ## 2. Break it: a jackpot judge with small groups and no scaling
+#
+# `FAILURES["reward_spike"]`: the jackpot judge (one sample in 200 gets +40), groups of 4,
+# `scale_rewards='none'`. The gold judge (`exact_answer`) is logged beside it. Watch the reward band
+# and the grad-norm panel.
+
+# %%
+dash = Dashboard(total_steps=SHORT or FAILURES["reward_spike"].steps, title="reward spikes: none vs group")
+spike = run_failure("reward_spike", seed=SEED, steps=SHORT, threads=THREADS, eval_size=EVAL_SIZE,
+                    on_step=dashboard_hook(dash, "none"), should_stop=dash.should_stop)
+spike_fixed = run_failure("reward_spike", seed=SEED, fixed=True, steps=SHORT, threads=THREADS, eval_size=EVAL_SIZE,
+                          on_step=dashboard_hook(dash, "group"), should_stop=dash.should_stop)
+dash.close()
+print(report(spike.findings))
+print()
+print(compare_table([spike, spike_fixed], keys=("reward", "gold_reward", "advantages/max_abs", "grad_norm")))
+
+# %%
+def curves(runs, keys, kind=None):
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), constrained_layout=True)
+    for r in runs:
+        for ax, k in zip(axes, keys):
+            pts = [(m["step"], m[k]) for m in r.history if isinstance(m.get(k), (int, float))]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r.name + (" + fix" if r.fixed else ""), lw=1)
+            f = r.first(kind) if kind else None
+            if f is not None:
+                ax.axvline(f.step, color="C3", ls=":")
+            ax.set_title(k); ax.set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    return fig
+
+fig = curves([spike, spike_fixed], ("reward", "gold_reward", "advantages/max_abs", "grad_norm"), "reward_spike")
+
+# %% [markdown]
+# The judge still pays the jackpot under `'group'` (the *reward* spikes the same: the detector,
+# which reads the reward, still names it, and that is right: the judge is still broken). What changes
+# is what the update does with it: the largest advantage and the gradient norm, and with them the
+# damage to the gold reward. The real fix is in the judge (clip it, or remove the bonus).
+
+# %% [markdown]
+# ## 3. Reward hacking: a judge that pays for length
+#
+# `FAILURES["reward_hacking"]` trains on `length_judge` (min(len, 8) / 8, whatever the answer) and
+# logs `exact_answer` as the gold reward:
+
+# %%
+print(inspect.getsource(failures.length_judge))
+dash = Dashboard(total_steps=SHORT or FAILURES["reward_hacking"].steps, title="reward hacking: proxy vs gold")
+hack = run_failure("reward_hacking", seed=SEED, steps=SHORT, threads=THREADS, eval_size=EVAL_SIZE,
+                   on_step=dashboard_hook(dash, "proxy judge"), should_stop=dash.should_stop)
+dash.close()
+print(report(hack.findings))
+last = hack.history[-1]
+print("\nlatest group:", last["samples"]["prompt"], last["samples"]["completions"], last["samples"]["rewards"])
+
+# %% [markdown]
+# The fix the finding proposes: train on the judge without the loophole (here: the gold judge itself).
+
+# %%
+hack_fixed = run_failure("reward_hacking", seed=SEED, fixed=True, steps=SHORT, threads=THREADS, eval_size=EVAL_SIZE)
+print(compare_table([hack, hack_fixed], keys=("reward", "gold_reward", "completions/mean_length",
+                                              "completions/clipped_ratio")))
+fig = curves([hack, hack_fixed], ("reward", "gold_reward", "completions/mean_length"), "reward_hacking")
+
+# %% [markdown]
+# ## What the runs showed
+#
+# In smoke mode the runs are too short for the failures to develop: only the single-group
+# arithmetic of section 1 and the pipeline are asserted; the full run asserts that each failure is
+# detected and what its fix does, as measured.
+
+# %%
+def summary(r, kind):
+    f = r.first(kind)
+    tail = r.history[-20:]
+    mean = lambda k: sum(m[k] for m in tail if k in m) / max(sum(1 for m in tail if k in m), 1)
+    return {"detected_at": f.step if f else None, "evidence": sorted(f.evidence) if f else [],
+            "final_accuracy": r.run.evals[-1][1], "max_abs_adv": max(m["advantages/max_abs"] for m in r.history),
+            "gold_reward_tail": mean("gold_reward"), "reward_tail": mean("reward")}
+
+lab = {"reward_spike": summary(spike, "reward_spike"), "reward_spike + fix": summary(spike_fixed, "reward_spike"),
+       "reward_hacking": summary(hack, "reward_hacking"), "reward_hacking + fix": summary(hack_fixed, "reward_hacking")}
+record("spikes_and_hacking_lab", lab)
+for k, v in lab.items():
+    print(f"{k:<22} detected at {v['detected_at']}  final accuracy {v['final_accuracy']:.1%}  "
+          f"max |A| {v['max_abs_adv']:.2f}  gold (last 20) {v['gold_reward_tail']:.3f}")
+if not SMOKE:
+    assert lab["reward_spike"]["detected_at"] is not None
+    assert lab["reward_spike"]["max_abs_adv"] > 10 * lab["reward_spike + fix"]["max_abs_adv"]
+    assert lab["reward_hacking"]["detected_at"] is not None and lab["reward_hacking + fix"]["detected_at"] is None
+    assert lab["reward_hacking"]["reward_tail"] > lab["reward_hacking + fix"]["reward_tail"] - 0.5
+    assert lab["reward_hacking + fix"]["gold_reward_tail"] > lab["reward_hacking"]["gold_reward_tail"]
+
+# %% [markdown]
+# ## Try this
+# - `run_failure("reward_spike", num_generations=16)`: do larger groups dilute the jackpot under `'none'`?
+# - Swap the jackpot for `failures.noisy_judge(seed, sigma=0.2)` with `scale_rewards='group'`, G = 2:
+#   does the noise alone stall learning?
+# - Give the length judge a KL anchor (`beta=0.1`): does it slow the hack, or only delay it?
+#
+# ## Exercise
+# Write a judge `clipped(judge, hi=1.0)` that wraps any reward function and clips its scores to
+# [0, hi], and check on the jackpot group of section 1 that `'none'` no longer passes a spike through.
+
+# %% [markdown] jupyter={"source_hidden": true}
+# **Solution** (the next cell).
+
+# %% jupyter={"source_hidden": true}
+def clipped(judge, hi=1.0):
+    def f(prompts, completions, **columns):
+        return [min(max(r, 0.0), hi) for r in judge(prompts, completions, **columns)]
+    f.__name__ = f"clipped_{getattr(judge, '__name__', 'judge')}"
+    return f
+
+clipped_group = jackpot.clamp(0.0, 1.0)
+print(compute_advantages(clipped_group, "none"))
+
+# %% [markdown]
+# **Next:** [07 · the troubleshooting clinic](07_troubleshooting_clinic.ipynb).
