@@ -41,7 +41,7 @@ from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failu
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
 
-STEPS = {name: (12 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
+STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
 for name in STEPS:
     f = FAILURES[name]

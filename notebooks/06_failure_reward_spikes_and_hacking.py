@@ -42,7 +42,7 @@ from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failu
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
 
-SHORT = 12 if SMOKE else None
+SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
 
 # %% [markdown]

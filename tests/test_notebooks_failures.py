@@ -1,0 +1,61 @@
+"""The failure-lab notebooks (05-07) run headlessly: smoke mode in the default suite (every cell, short
+runs), the full runs under ``full`` (each failure appears, is detected, and its fix is measured)."""
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.nbtools import run_notebook
+
+NB = Path(__file__).resolve().parent.parent / "notebooks"
+SMOKE = {"SMOKE": True, "THREADS": 1}
+
+
+@pytest.mark.notebook
+def test_collapse_notebook_smoke(tmp_path):
+    values = run_notebook(NB / "05_failure_collapse.ipynb", tmp_path / "05.ipynb", parameters=SMOKE, timeout=300)
+    lab = values["collapse_lab"]
+    assert set(lab) == {"entropy_collapse", "entropy_collapse + fix", "kl_blowup", "kl_blowup + fix", "sign_error",
+                        "sign_error + fix"}
+    assert all(0 <= v["final_accuracy"] <= 1 for v in lab.values())
+
+
+@pytest.mark.notebook
+def test_spikes_and_hacking_notebook_smoke(tmp_path):
+    values = run_notebook(NB / "06_failure_reward_spikes_and_hacking.ipynb", tmp_path / "06.ipynb", parameters=SMOKE,
+                          timeout=300)
+    # the single-group arithmetic holds whatever the run length: none passes a jackpot, group amplifies noise
+    assert values["spike_max_abs_adv"]["none"] > 10 * values["spike_max_abs_adv"]["group"]
+    assert values["noise_max_abs_adv"]["group"] > 10 * values["noise_max_abs_adv"]["none"]
+    assert set(values["spikes_and_hacking_lab"]) == {"reward_spike", "reward_spike + fix", "reward_hacking",
+                                                     "reward_hacking + fix"}
+
+
+@pytest.mark.notebook
+def test_clinic_notebook_smoke(tmp_path):
+    values = run_notebook(NB / "07_troubleshooting_clinic.ipynb", tmp_path / "07.ipynb", parameters=SMOKE, timeout=400)
+    assert len(values["clinic_verdicts"]) == 4
+    assert values["clinic"]["GPU out of memory -> smaller batch or gradient accumulation"]["group_stats_share"] < 0.01
+
+
+@pytest.mark.full
+@pytest.mark.notebook
+def test_collapse_notebook_full(tmp_path):
+    lab = run_notebook(NB / "05_failure_collapse.ipynb", tmp_path / "05.ipynb", timeout=1800)["collapse_lab"]
+    for name in ("entropy_collapse", "kl_blowup", "sign_error"):
+        assert lab[name]["detected_at"] is not None and lab[f"{name} + fix"]["detected_at"] is None
+
+
+@pytest.mark.full
+@pytest.mark.notebook
+def test_spikes_and_hacking_notebook_full(tmp_path):
+    lab = run_notebook(NB / "06_failure_reward_spikes_and_hacking.ipynb", tmp_path / "06.ipynb",
+                       timeout=1800)["spikes_and_hacking_lab"]
+    assert lab["reward_spike"]["detected_at"] is not None and lab["reward_hacking"]["detected_at"] is not None
+    assert lab["reward_hacking + fix"]["detected_at"] is None
+
+
+@pytest.mark.full
+@pytest.mark.notebook
+def test_clinic_notebook_full(tmp_path):
+    values = run_notebook(NB / "07_troubleshooting_clinic.ipynb", tmp_path / "07.ipynb", timeout=2400)
+    assert len(values["clinic_verdicts"]) == 4
