@@ -77,7 +77,7 @@ DEFAULTS = {
     "window": 20,
     # steps averaged for every "over a window" condition: 20 steps x 128 completions of 0/1
     # rewards give a window mean with std < 0.01, so window means are not noise.
-    "start_window": 5,
+    "start_window": 3,
     # steps averaged for the level "at the start" that later windows are compared with: short, because
     # a failure can take hold within 20 steps (the sign error drives the reward to 0 in about 10).
     "collapse_entropy_ratio": 0.2,
@@ -94,9 +94,14 @@ DEFAULTS = {
     "spike_z": 8.0,
     # reward_spike: robust z-score (x - median) / (1.4826 MAD) of one step's reward against the
     # trailing window.
-    "spike_min_jump": 0.3,
-    # ... and the step's reward at least this far from the median (in reward units), so a run whose
-    # reward barely moves (MAD near 0) does not flag a change of 0.05.
+    "spike_std_ratio": 4.0,
+    # ... and the step's reward_std (spread over the batch) at least this many times its trailing
+    # median: a spike is a few samples far outside the usual range, not the whole batch doing better
+    # (a healthy run's reward can jump by 0.3 in one step while it learns fast; its spread cannot,
+    # 0/1 rewards have a std of at most 0.5).
+    "spike_floor": 0.1,
+    # floor under the trailing MAD (x 0.1) and the trailing median reward_std: after a collapse the
+    # reward sits at exactly 0 (MAD 0, spread 0) and one right answer in 128 must not count as a spike.
     "kl_max": 1.0,
     # kl_blowup: window-mean KL (nats per token) above this.
     "stall_zero_std_min": 0.9,
@@ -111,7 +116,7 @@ DEFAULTS = {
     "decline_frac": 0.4,
     # reward_decline: window-mean reward at most this fraction of its start (the reward of the
     # untrained policy is low, about 0.1 on the demo, so the fall is measured relative to it) ...
-    "decline_min_drop": 0.03,
+    "decline_min_drop": 0.02,
     # ... and at least this far below it in reward units (a start near 0 is noise, not a level).
     "decline_drop": 0.15,
     # late_decline: after rising at least this far above its start, the window-mean reward falls
@@ -214,15 +219,17 @@ def reward_hacking(h, t, cfg=None):
 
 def reward_spike(h, t, cfg=None):
     w, pts = t["window"], series(h, "reward")
+    spread = dict(series(h, "reward_std"))
     for i in range(t["start_window"], len(pts)):  # the trailing window: up to w steps, at least start_window
         prev = [v for _, v in pts[max(i - w, 0):i]]
         med = statistics.median(prev)
         mad = statistics.median(abs(v - med) for v in prev)
         s, v = pts[i]
-        jump = abs(v - med)
-        z = jump / (1.4826 * max(mad, 1e-6))  # a flat window (MAD 0) makes any jump large, but finite
-        if z >= t["spike_z"] and jump >= t["spike_min_jump"]:
-            ev = {"reward": v, "reward_median_before": med, "robust_z": z, "window": w}
+        z = abs(v - med) / (1.4826 * max(mad, 0.1 * t["spike_floor"]))
+        std_before = statistics.median(spread.get(x, 0.0) for x, _ in pts[max(i - w, 0):i])
+        ratio = spread.get(s, 0.0) / max(std_before, t["spike_floor"])
+        if z >= t["spike_z"] and ratio >= t["spike_std_ratio"]:
+            ev = {"reward": v, "reward_median_before": med, "robust_z": z, "reward_std_ratio": ratio, "window": w}
             for k in ("reward_std", "advantages/max_abs", "grad_norm"):
                 x = _at(h, s, k)
                 if x is not None:
@@ -254,7 +261,8 @@ def zero_variance_stall(h, t, cfg=None):
         return None
     r0 = start_mean(series(h, "reward"), t["start_window"])
     for s in sorted(set(zs) & set(rew)):
-        if zs[s] >= t["stall_zero_std_min"] and abs(rew[s] - r0) < t["stall_reward_gain"]:
+        collapsed = rew[s] <= t["decline_frac"] * r0 and r0 - rew[s] >= t["decline_min_drop"]  # reward_decline's
+        if zs[s] >= t["stall_zero_std_min"] and abs(rew[s] - r0) < t["stall_reward_gain"] and not collapsed:
             easy = rew[s] > 0.5
             return Finding("zero_variance_stall", s,
                            {"frac_reward_zero_std": zs[s], "reward": rew[s], "reward_at_start": r0, "window": w},

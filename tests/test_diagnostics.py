@@ -73,8 +73,8 @@ def test_entropy_collapse_fires_when_entropy_and_distinctness_fall_with_low_rewa
 def test_reward_hacking_needs_the_gold_reward_flat_while_reward_climbs():
     h = hist(30, reward=lambda s: 0.3 + 0.03 * s, gold_reward=lambda s: 0.3 - 0.005 * s)
     f = only(diagnose(h, window=W, kinds=["reward_hacking"]), "reward_hacking")
-    # start (steps 1-5) 0.39; window mean at step s = 0.3 + 0.03 (s - 1.5): gain 0.03 (s - 1.5) - 0.09 >= 0.15 at s = 10
-    assert f.step == 10 and f.evidence["reward_at_start"] == pytest.approx(0.39)
+    # start (steps 1-3) 0.36; window mean at step s = 0.3 + 0.03 (s - 1.5): gain 0.03 (s - 1.5) - 0.06 >= 0.15 at s = 8.5
+    assert f.step == 9 and f.evidence["reward_at_start"] == pytest.approx(0.36)
     assert f.evidence["gold_reward"] < f.evidence["gold_reward_at_start"]
     honest = hist(30, reward=lambda s: 0.3 + 0.02 * s, gold_reward=lambda s: 0.3 + 0.02 * s)
     assert diagnose(honest, window=W) == []
@@ -82,16 +82,17 @@ def test_reward_hacking_needs_the_gold_reward_flat_while_reward_climbs():
     assert diagnose(no_gold, window=W, kinds=["reward_hacking"]) == []
 
 
-def test_reward_spike_robust_z_and_absolute_jump():
+def test_reward_spike_robust_z_and_spread():
     base = [0.50, 0.52, 0.48, 0.50, 0.51, 0.49, 0.50, 0.50]
-    h = hist(10, reward=base + [3.0, 0.5], advantages__max_abs=[1.0] * 8 + [7.0, 1.0])
+    h = hist(10, reward=base + [3.0, 0.5], reward_std=[0.5] * 8 + [5.0, 0.5], advantages__max_abs=[1.0] * 8 + [7.0, 1.0])
     f = only(diagnose(h, window=W, kinds=["reward_spike"]), "reward_spike")
-    # window before step 9: 0.51 0.49 0.50 0.50 -> median 0.50, MAD 0.005; z = 2.5 / (1.4826 * 0.005) = 337
+    # window before step 9: 0.51 0.49 0.50 0.50 -> median 0.50, MAD 0.005 (floored at 0.01): z = 2.5 / (1.4826 * 0.01)
     assert f.step == 9 and f.evidence["reward_median_before"] == pytest.approx(0.5)
-    assert f.evidence["robust_z"] == pytest.approx(2.5 / (1.4826 * 0.005))
-    assert f.evidence["advantages/max_abs"] == 7.0
-    # a jump of 0.1 is 13 MADs but below spike_min_jump: quiet
-    assert diagnose(hist(10, reward=base + [0.6, 0.5]), window=W, kinds=["reward_spike"]) == []
+    assert f.evidence["robust_z"] == pytest.approx(2.5 / (1.4826 * 0.01))
+    assert f.evidence["reward_std_ratio"] == pytest.approx(10.0) and f.evidence["advantages/max_abs"] == 7.0
+    # the whole batch doing better (the same jump, spread unchanged) is learning, not a spike
+    steady = hist(10, reward=base + [0.8, 0.8], reward_std=0.5)
+    assert diagnose(steady, window=W, kinds=["reward_spike"]) == []
 
 
 def test_kl_blowup_window_mean_over_kl_max():
@@ -122,10 +123,10 @@ def test_length_blowup_reports_length_by_right_and_wrong():
 def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
     sign = hist(20, reward=lambda s: 0.4 - 0.03 * s)
     f = only(diagnose(sign, window=W), "reward_decline")
-    # start (steps 1-5) = 0.31; window mean at s = 0.4 - 0.03 (s - 1.5) <= 0.4 * 0.31 = 0.124 from s = 10.7 on
-    assert f.step == 11 and f.evidence["reward_at_start"] == pytest.approx(0.31)
+    # start (steps 1-3) = 0.34; window mean at s = 0.4 - 0.03 (s - 1.5) <= 0.4 * 0.34 = 0.136 from s = 10.3 on
+    assert f.step == 11 and f.evidence["reward_at_start"] == pytest.approx(0.34)
     # a start near 0 is no level to fall from: 0.02 -> 0.0 is quiet
-    assert diagnose(hist(20, reward=lambda s: 0.02 if s <= 5 else 0.0), window=W, kinds=["reward_decline"]) == []
+    assert diagnose(hist(20, reward=lambda s: 0.015 if s <= 5 else 0.0), window=W, kinds=["reward_decline"]) == []
     late = hist(60, reward=lambda s: 0.4 + 0.02 * s if s <= 25 else 0.9 - 0.03 * (s - 25))
     f = only(diagnose(late, window=W), "late_decline")
     # best window: steps 23-26 = 0.86, 0.88, 0.90, 0.87 -> 0.8775 at step 26
