@@ -80,11 +80,11 @@ DEFAULTS = {
     "start_window": 3,
     # steps averaged for the level "at the start" that later windows are compared with: short, because
     # a failure can take hold within 20 steps (the sign error drives the reward to 0 in about 10).
-    "collapse_entropy_ratio": 0.2,
+    "collapse_entropy_ratio": 0.5,
     # entropy_collapse: window-mean entropy below this fraction of the first window's.
-    "collapse_distinct_max": 0.3,
+    "collapse_distinct_max": 0.35,
     # ... and window-mean distinct_frac below this (1/G = 0.125 is every group one text).
-    "collapse_reward_max": 0.6,
+    "collapse_reward_max": 0.3,
     # ... while the window-mean reward is below this: a healthy run converges too (entropy and
     # distinctness fall as groups agree on the right answer) but with the reward near 1.
     "hacking_reward_gain": 0.15,

@@ -59,11 +59,12 @@ def only(findings, kind):
 def test_entropy_collapse_fires_when_entropy_and_distinctness_fall_with_low_reward():
     # entropy 1.0 until step 10, then 0.1; distinct 0.8 -> 0.125; reward 0.4 -> 0.2
     h = hist(30, entropy=lambda s: 1.0 if s <= 10 else 0.1, completions__distinct_frac=lambda s: 0.8 if s <= 10 else 0.125,
-             reward=lambda s: 0.4 if s <= 10 else 0.35)
+             reward=lambda s: 0.4 if s <= 10 else 0.2)
     f = only(diagnose(h, window=W, kinds=["entropy_collapse"]), "entropy_collapse")
-    # window mean entropy at step 13 = (1.0 + 3*0.1)/4 = 0.325 > 0.2; at 14 = 0.1 < 0.2*1.0; distinct 0.125 < 0.3
-    assert f.step == 14 and f.evidence["entropy"] == pytest.approx(0.1)
-    assert f.evidence["completions/distinct_frac"] == pytest.approx(0.125)
+    # window means at step 12: entropy (1 + 1 + 0.1 + 0.1) / 4 = 0.55 > 0.5 * 1.0; at step 13: 0.325, distinct
+    # (0.8 + 3 * 0.125) / 4 = 0.294 < 0.35, reward (0.4 + 3 * 0.2) / 4 = 0.25 < 0.3
+    assert f.step == 13 and f.evidence["entropy"] == pytest.approx(0.325)
+    assert f.evidence["completions/distinct_frac"] == pytest.approx(0.29375)
     # the same collapse with a high reward is convergence, not collapse
     converged = hist(30, entropy=lambda s: 1.0 if s <= 10 else 0.1,
                      completions__distinct_frac=lambda s: 0.8 if s <= 10 else 0.125, reward=0.95)
