@@ -128,25 +128,25 @@ DEFAULTS = {
 }
 
 # What each threshold was set against: the extreme value on the healthy runs (tests/data/healthy_*.jsonl:
-# demo seeds 1 and 2, 500 steps; notebook-02 GRPO and Dr. GRPO, 200 steps) and the value on the failure
+# demo seeds 0, 1 and 2, 500 steps; notebook-02 GRPO, Dr. GRPO, DAPO and GSPO, 200 steps) and the value on the failure
 # run of that kind (tests/data/failure_*.jsonl, seed 0) where it was first detected. Window = 20-step mean.
 DEFAULTS_MEASURED = {
-    "collapse_*": "healthy: entropy falls to 0.40-0.50 of its start and distinct_frac to 0.37-0.44 as the runs "
+    "collapse_*": "healthy: window-mean entropy falls to 0.39-0.60 and distinct_frac to 0.37-0.49 as the runs "
                   "converge, but with the reward at 0.5-0.6 then; entropy_collapse run: entropy 0.25 of 0.54 "
                   "(0.47), distinct_frac 0.34, reward 0.004 (step 75)",
     "hacking_*": "healthy runs log no gold reward; reward_hacking run: reward 0.29 -> 1.0 while gold 0.06 -> 0.0 "
                  "(step 20)",
     "spike_*": "healthy: robust z of the reward up to 11.1 (fast learning), reward_std ratio at most 1.32; "
                "reward_spike run: z 14.6, reward_std ratio 24.9 (step 25); grad_explosion run: z 22, ratio 75",
-    "kl_max": "healthy: window-mean KL at most 0.55 (seed 2; raw single steps up to 3.5); kl_blowup run 1.9, "
+    "kl_max": "healthy: window-mean KL at most 0.62 (GSPO; raw single steps up to 3.5); kl_blowup run 1.9, "
               "entropy_collapse 2.4, sign_error 2.3, length_blowup above 4 (step 20)",
-    "stall_*": "healthy: frac_reward_zero_std at most 0.40; stall runs 0.93 (format reward) and 0.997 (add3), "
+    "stall_*": "healthy: frac_reward_zero_std at most 0.41; stall runs 0.93 (format reward) and 0.997 (add3), "
                "reward within 0.01 of its start (step 20)",
     "length_*": "healthy: clipped_ratio at most 0.013; length_blowup run 0.65 from 0.03 at the start (step 20; wrong answers 0.98 truncated)",
     "decline_*": "healthy: the reward never falls below its start window by more than noise and its late drop from "
                  "the peak is at most 0.04; sign_error run: 0.015 against a start of 0.060 (step 20); the "
                  "entropy_collapse and kl_blowup runs fall the same way within 20 steps",
-    "grad_*": "healthy: grad_norm at most 3.7x its trailing median (raw max 5.4); grad_explosion run: 19.2, "
+    "grad_*": "healthy: grad_norm at most 4.5x its trailing median (raw max 5.4); grad_explosion run: 19.2, "
               "38x the median (step 10)",
 }
 

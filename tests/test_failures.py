@@ -16,7 +16,8 @@ HEALTHY = sorted(p.stem for p in DATA.glob("healthy_*.jsonl"))
 
 
 def test_healthy_fixtures_cover_the_demo_seeds_and_notebook_02():
-    assert {"healthy_seed1", "healthy_seed2", "healthy_nb02_grpo", "healthy_nb02_dr_grpo"} <= set(HEALTHY)
+    assert set(HEALTHY) == {"healthy_seed0", "healthy_seed1", "healthy_seed2", "healthy_nb02_grpo",
+                            "healthy_nb02_dr_grpo", "healthy_nb02_dapo", "healthy_nb02_gspo"}
 
 
 @pytest.mark.parametrize("name", HEALTHY)
