@@ -135,6 +135,23 @@ def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
     assert f.step > 25
 
 
+def test_late_decline_on_held_out_accuracy():
+    # evals every 25 steps: 0.38 -> 0.535 (rose 0.155 >= 0.1) -> 0.42 (drop 0.115) -> 0.31 (drop 0.225 >= 0.15)
+    acc = {25: 0.38, 50: 0.45, 100: 0.535, 125: 0.42, 175: 0.31, 200: 0.45}
+    h = hist(200, reward=0.2)
+    for m in h:
+        if m["step"] in acc:
+            m["accuracy"] = acc[m["step"]]
+    f = only(diagnose(h, kinds=["late_decline"]), "late_decline")
+    assert f.step == 175 and f.evidence["accuracy_peak"] == 0.535 and f.evidence["peak_step"] == 100
+    # an early dip below the first eval, then a climb, is not a decline
+    early = hist(200, reward=0.2)
+    for m in early:
+        if m["step"] in (50, 100, 150):
+            m["accuracy"] = {50: 0.26, 100: 0.576, 150: 0.512}[m["step"]]
+    assert diagnose(early, kinds=["late_decline"]) == []
+
+
 def test_grad_explosion_ratio_and_skipped_updates():
     h = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 0.5, 0.5])
     f = only(diagnose(h, window=W, kinds=["grad_explosion"]), "grad_explosion")

@@ -31,9 +31,8 @@ def test_healthy_runs_are_quiet(name):
 MEASURED = sorted(n for n in FAILURES if (DATA / f"failure_{n}.jsonl").is_file())
 
 
-def test_every_failure_but_late_decline_has_a_measured_run():
-    # late_decline (300 steps) could not be run when the fixtures were made; full test below runs it
-    assert set(FAILURES) - set(MEASURED) <= {"late_decline"}
+def test_every_failure_has_a_measured_run():
+    assert set(MEASURED) == set(FAILURES)
 
 
 @pytest.mark.parametrize("name", MEASURED)
