@@ -94,7 +94,7 @@ class GRPOConfig:
     passed to ``setup()`` directly."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
-    gold_reward_funcs: list[str] = field(default_factory=list)
+    gold_reward_funcs: list = field(default_factory=list)
     """Reward functions scored on the same completions every step and logged (``gold_reward``) beside the
     training reward, never used for the advantages: a second opinion that shows reward hacking
     (the training reward climbs while the gold one does not; see ``diagnostics.py``). Empty = none."""
@@ -312,8 +312,10 @@ class GRPOConfig:
                                              and len(self.reward_weights) == len(self.reward_funcs)),
              "reward_weights", f"needs one finite weight per reward function ({len(self.reward_funcs)}) (or None)")
         need(isinstance(self.gold_reward_funcs, list)
-             and all((isinstance(f, str) and f != "") or callable(f) for f in self.gold_reward_funcs),
-             "gold_reward_funcs", "must be a list of reward function names (see judges.REWARD_FUNCS), empty for none")
+             and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.gold_reward_funcs),
+             "gold_reward_funcs", "must be a list of reward functions written as in reward_funcs, empty for none")
+        for f in self.gold_reward_funcs:
+            resolve_reward_func(f)
         integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
         # sampling

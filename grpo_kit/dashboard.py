@@ -251,7 +251,8 @@ class Dashboard:
     # ------------------------------------------------------------------ data in
     def update(self, m: dict, variant: str | None = None, run=None) -> None:
         """Add one metric dict from ``train()``. ``run`` (optional): its step-0 held-out accuracy
-        (``run.evals[0]``) is added to the accuracy panel the first time a variant is seen."""
+        (``run.evals[0]``) is added to the accuracy panel the first time a variant is seen. Findings of
+        ``train()``'s live diagnostics (``m["findings"]``) are marked on every panel at their step."""
         t0 = time.perf_counter()
         name = variant or "run"
         s = self.series.get(name)
@@ -273,6 +274,8 @@ class Dashboard:
             s.stopped = True
         if m.get("samples"):
             self.samples, self.samples_step, self.samples_variant = m["samples"], step, name
+        for f in m.get("findings", []):  # the live diagnostics of train(): a marker where each finding starts
+            self.marks.append((f["step"], f["kind"], name))
         self._dirty = True
         if self.live:
             self._show_button()

@@ -309,7 +309,7 @@ def length_blowup(h, t, cfg=None):
     for s, v in clip:
         if v >= t["length_clipped_min"] and v - c0 >= t["length_clipped_rise"]:
             ev = {"completions/clipped_ratio": v, "clipped_ratio_at_start": c0, "window": w}
-            for k in ("completions/mean_length", "completions/mean_length_correct", "completions/mean_length_wrong",
+            for k in ("completions/mean_length", "completions/mean_length_right", "completions/mean_length_wrong",
                       "completions/clipped_ratio_wrong"):
                 x = _at(h, s, k)
                 if x is not None:

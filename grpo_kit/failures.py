@@ -13,8 +13,8 @@ on 2 quiet cores; ``steps`` can shorten it.
 
 The failures (``FAILURES``; the numbers measured are in each entry's ``measured``):
 
-- ``entropy_collapse``: learning rate 10x the default, constant, no KL.
-- ``kl_blowup``: learning rate 10x the default, constant: the policy leaves the reference in a
+- ``entropy_collapse``: sampling temperature 0.6, learning rate 3x the default, constant, no KL.
+- ``kl_blowup``: learning rate 3x the default, constant: the policy leaves the reference in a
   few steps.
 - ``reward_hacking``: a proxy judge that pays for length ("effort") instead of correctness;
   ``gold_reward_funcs=["exact_answer"]`` shows it.
@@ -78,9 +78,14 @@ def noisy_judge(seed: int = 0, sigma: float = 0.05) -> Callable:
     return noisy
 
 
-JUDGES = {"length_judge": lambda seed: length_judge, "digit_credit": lambda seed: digit_credit,
-          "jackpot_judge": lambda seed: jackpot_judge(seed), "noisy_judge": lambda seed: noisy_judge(seed),
-          "big_jackpot_judge": lambda seed: jackpot_judge(seed, p=0.005, size=200.0)}
+# the judges above as GRPOConfig reward functions (importable, so a config file or the CLI can name them);
+# the ones that draw random numbers are factories seeded by the run's seed
+JUDGES = {"length_judge": lambda seed: "grpo_kit.failures:length_judge",
+          "digit_credit": lambda seed: "grpo_kit.failures:digit_credit",
+          "jackpot_judge": lambda seed: {"function": "grpo_kit.failures:jackpot_judge", "args": {"seed": seed}},
+          "noisy_judge": lambda seed: {"function": "grpo_kit.failures:noisy_judge", "args": {"seed": seed}},
+          "big_jackpot_judge": lambda seed: {"function": "grpo_kit.failures:jackpot_judge",
+                                             "args": {"seed": seed, "p": 0.005, "size": 200.0}}}
 
 
 # ---------------------------------------------------------------- the failures
@@ -157,17 +162,20 @@ FAILURES: dict[str, Failure] = {f.name: f for f in [
 
 
 def failure_config(name: str, seed: int = 0, fixed: bool = False, steps: int | None = None, **overrides) -> GRPOConfig:
-    """The GRPOConfig of failure ``name`` (with its fix if ``fixed``); judge names from ``JUDGES`` stay names
-    here (``run_failure`` turns them into functions seeded by ``seed``)."""
+    """The GRPOConfig of failure ``name`` (with its fix if ``fixed``); judge names from ``JUDGES`` become
+    importable reward-function specs (seeded by ``seed`` where the judge draws random numbers)."""
     if name not in FAILURES:
         raise ConfigError(f"unknown failure {name!r}: choose one of {sorted(FAILURES)}")
     f = FAILURES[name]
     changes = {**BASE, **f.changes, **(f.fix if fixed else {}), "seed": seed, "steps": steps or f.steps, **overrides}
-    cfg = GRPOConfig(**changes).validate()
-    return cfg
+    for key in ("reward_funcs", "gold_reward_funcs"):
+        if key in changes:
+            changes[key] = _funcs(changes[key], seed)
+    return GRPOConfig(**changes).validate()
 
 
 def _funcs(names: list, seed: int) -> list:
+    """Judge names of this module as reward-function specs (``JUDGES``); anything else unchanged."""
     return [JUDGES[n](seed) if isinstance(n, str) and n in JUDGES else n for n in names]
 
 
@@ -197,7 +205,7 @@ def run_failure(name: str, seed: int = 0, fixed: bool = False, steps: int | None
     from .train import setup, train
 
     cfg = failure_config(name, seed, fixed, steps, **overrides)
-    run = setup(cfg, reward_funcs=_funcs(cfg.reward_funcs, seed), gold_reward_funcs=_funcs(cfg.gold_reward_funcs, seed))
+    run = setup(cfg)
     for m in train(cfg, run, should_stop=should_stop):
         if on_step is not None:
             on_step(m)
@@ -205,12 +213,10 @@ def run_failure(name: str, seed: int = 0, fixed: bool = False, steps: int | None
 
 
 def dashboard_hook(dash, variant: str) -> Callable[[dict], None]:
-    """``on_step`` for :func:`run_failure` that feeds a ``dashboard.Dashboard`` and marks each finding
-    the live check reports (``metrics["findings"]``) at the step it starts."""
+    """``on_step`` for :func:`run_failure` that feeds a ``dashboard.Dashboard`` (which marks each finding
+    the live check reports, ``metrics["findings"]``, at the step it starts)."""
     def on_step(m: dict) -> None:
         dash.update(m, variant=variant)
-        for f in m.get("findings", []):
-            dash.mark(f["step"], f["kind"], variant=variant)
     return on_step
 
 

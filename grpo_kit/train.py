@@ -619,6 +619,15 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({first}); "
                               f"resume with the model it was trained from or start a new output folder") from e
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
+    run.findings = _logged_findings(run.history)
+
+
+def _logged_findings(history: list[dict]) -> list:
+    """The findings the live diagnostics logged into ``history`` (so a resumed run warns once per kind, as
+    an uninterrupted one does)."""
+    from .diagnostics import Finding
+
+    return [Finding(**d) for m in history for d in m.get("findings", [])]
 
 
 def _follow_schedule(run: Run) -> None:

@@ -51,6 +51,10 @@ def test_updates_change_the_figurewidget_traces():
     assert dash.progress.value == 1 and "grpo seed 0 (run 2): step 1 of 3" in dash.progress_label.value
     dash.mark(2, "entropy_collapse", variant="dr_grpo seed 1")
     assert len(dash.fig.layout.shapes) == len(D.PANELS) and dash.fig.layout.shapes[0].x0 == 2
+    # a finding of train()'s live diagnostics in the metric dict is marked where it starts
+    dash.update(scripted(3, 0.5, 0.1, findings=[{"kind": "kl_blowup", "step": 1}]), variant="dr_grpo seed 1")
+    assert dash.marks[-1] == (1, "kl_blowup", "dr_grpo seed 1")
+    assert len(dash.fig.layout.shapes) == 2 * len(D.PANELS) and dash.fig.layout.shapes[-1].x0 == 1
 
 
 def test_redraws_are_throttled_but_evals_and_the_end_are_drawn():

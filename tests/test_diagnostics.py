@@ -6,7 +6,7 @@ import pytest
 
 from grpo_kit.diagnostics import DEFAULTS, DETECTORS, KINDS, Finding, diagnose, read_history, report, rolling_means
 from grpo_kit.errors import ConfigError
-from grpo_kit.metrics import correctness_length_metrics, distinct_frac
+from grpo_kit.metrics import distinct_frac, length_metrics
 
 W = 4  # a short window keeps the hand-made histories short
 
@@ -42,9 +42,11 @@ def test_distinct_frac_and_length_by_correctness_by_hand():
     assert distinct_frac(["a", "a", "b", "c"], 2) == 0.75
     assert distinct_frac(["x"] * 8, 8) == 1 / 8
     import torch
-    m = correctness_length_metrics(torch.tensor([2, 8, 8, 4]), torch.tensor([False, True, True, False]),
-                                   torch.tensor([True, False, False, False]))
-    assert m == pytest.approx({"completions/mean_length_correct": 2.0, "completions/mean_length_wrong": 20 / 3,
+    m = length_metrics(torch.tensor([2, 8, 8, 4]), torch.tensor([False, True, True, False]),
+                       correct=torch.tensor([True, False, False, False]))
+    assert m == pytest.approx({"completions/mean_length": 5.5, "completions/min_length": 2.0,
+                               "completions/max_length": 8.0, "completions/clipped_ratio": 0.5,
+                               "completions/mean_length_right": 2.0, "completions/mean_length_wrong": 20 / 3,
                                "completions/clipped_ratio_wrong": 2 / 3})
 
 
@@ -115,7 +117,7 @@ def test_zero_variance_stall_too_hard_and_too_easy_and_not_after_learning():
 
 def test_length_blowup_reports_length_by_right_and_wrong():
     h = hist(20, completions__clipped_ratio=lambda s: 0.0 if s <= 8 else 0.9, completions__mean_length_wrong=15.0,
-             completions__mean_length_correct=9.0)
+             completions__mean_length_right=9.0)
     f = only(diagnose(h, window=W, kinds=["length_blowup"]), "length_blowup")
     # window means at step 10: 0.45, step 11: 0.675 >= 0.5 and 0.675 - 0 >= 0.3
     assert f.step == 11 and f.evidence["completions/mean_length_wrong"] == 15.0

@@ -95,3 +95,19 @@ def test_full_failure_runs_detected(name):
     r = run_failure(name, seed=0)
     assert FAILURES[name].kind in r.kinds(), [f.summary() for f in r.findings]
     assert FAILURES[name].kind in [f.kind for f in r.run.findings]  # the live check found it too
+
+
+def test_live_findings_survive_a_resume_and_are_not_warned_twice(tmp_path):
+    from grpo_kit.train import setup, train
+
+    cfg = failure_config("sign_error", steps=25, threads=1, eval_size=20, checkpoint_every=25)
+    first = setup(cfg)
+    list(train(cfg, first, out_dir=tmp_path))
+    kinds = [f.kind for f in first.findings]
+    assert FAILURES["sign_error"].kind in kinds
+    longer = failure_config("sign_error", steps=30, threads=1, eval_size=20, checkpoint_every=25)
+    again = setup(longer)
+    later = list(train(longer, again, out_dir=tmp_path, resume=True))
+    assert [f.kind for f in again.findings[:len(kinds)]] == kinds  # restored from the checkpoint's history
+    new = [d["kind"] for m in later for d in m.get("findings", [])]
+    assert not set(new) & set(kinds), new
