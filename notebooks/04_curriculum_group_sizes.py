@@ -23,7 +23,10 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: tiny budgets, every cell still runs.
+import os
+
 SMOKE = False
+SMOKE = SMOKE or os.environ.get("GRPO_KIT_SMOKE") == "1"  # GRPO_KIT_SMOKE=1 sets it too
 SEEDS = [0, 1, 2]
 SAMPLES_PER_STEP = 128      # B: completions per step, the same for every strategy; P = B / G
 BUDGET = 8192               # generated completions per run (64 steps of 128 for fixed G)

@@ -15,9 +15,11 @@
 # on the same seed.
 #
 # Three failures, each a named config in `grpo_kit.failures`:
-# 1. **entropy / mode collapse**: the completions in a group become copies of each other;
-#    entropy and within-group distinctness fall, then the reward;
-# 2. **KL blow-up**: a step size ten times too large throws the policy far from the reference;
+# 1. **entropy / mode collapse**: the completions in a group become copies of each other and the
+#    entropy falls. On this model the reward breaks *first* (within a few steps of a too-large
+#    learning rate) and the collapse follows: the run has nothing left to learn from;
+# 2. **KL blow-up**: a learning rate three times the default, held constant, throws the policy far
+#    from the reference;
 # 3. **a sign error**: the "top-k minus own reward" advantage as it is sometimes written pushes up the
 #    *worst* completion, and the training reward falls.
 #
@@ -25,7 +27,10 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
+import os
+
 SMOKE = False
+SMOKE = SMOKE or os.environ.get("GRPO_KIT_SMOKE") == "1"  # GRPO_KIT_SMOKE=1 sets it too
 SEED = 0
 THREADS = 2
 
@@ -33,10 +38,9 @@ THREADS = 2
 import inspect
 
 import matplotlib.pyplot as plt
-
-from grpo_kit.dashboard import Dashboard
-from grpo_kit.diagnostics import diagnose, report
 from grpo_kit import diagnostics
+from grpo_kit.dashboard import Dashboard
+from grpo_kit.diagnostics import report
 from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failure
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
@@ -108,10 +112,10 @@ fig = curves([broken, fixed], mark_kind="entropy_collapse")
 # %% [markdown]
 # ## 4. Two cousins: divergence from the reference, and the sign error
 #
-# A learning rate ten times the default does not only sharpen the policy: within a few steps it
-# throws it far from the reference model (the KL panel), completions run to the length limit and the
-# reward falls to zero. And an advantage with the wrong sign trains the model *away* from its best
-# answers. Each is detected, then fixed:
+# A learning rate three times the default, held constant, does not only sharpen the policy: within a
+# few steps it throws it far from the reference model (the KL panel) and the reward falls. And an
+# advantage with the wrong sign trains the model *away* from its best answers. Each is detected,
+# then fixed:
 
 # %%
 others = {}
@@ -168,6 +172,7 @@ if not SMOKE:
 
 # %% jupyter={"source_hidden": true}
 from grpo_kit.diagnostics import rolling_means, series
+
 
 def distinct_floor(history, level=0.3):
     for step, v in rolling_means(series(history, "completions/distinct_frac"), 10):

@@ -24,7 +24,10 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
+import os
+
 SMOKE = False
+SMOKE = SMOKE or os.environ.get("GRPO_KIT_SMOKE") == "1"  # GRPO_KIT_SMOKE=1 sets it too
 SEED = 0
 THREADS = 2
 
@@ -33,14 +36,12 @@ import inspect
 
 import matplotlib.pyplot as plt
 import torch
-
+from grpo_kit import failures
 from grpo_kit.advantages import compute_advantages
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.diagnostics import report
-from grpo_kit import failures
 from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failure
 from grpo_kit.nbtools import record
-from grpo_kit.plotting import smooth
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
@@ -62,7 +63,7 @@ batch = torch.cat([jackpot, noisy])                                           # 
 adv = {s: compute_advantages(batch, s) for s in ("none", "group", "batch")}
 print(f"{'':<8}{'jackpot group':>34}{'noisy all-wrong group':>36}")
 for s, a in adv.items():
-    print(f"{s:<8}{str([round(x, 2) for x in a[0].tolist()]):>34}{str([round(x, 2) for x in a[1].tolist()]):>36}")
+    print(f"{s:<8}{[round(x, 2) for x in a[0].tolist()]!s:>34}{[round(x, 2) for x in a[1].tolist()]!s:>36}")
 print(inspect.getsource(failures.jackpot_judge))
 
 # %% [markdown]
@@ -122,8 +123,8 @@ fig = curves([spike, spike_fixed], ("reward", "gold_reward", "advantages/max_abs
 # %% [markdown]
 # The judge still pays the jackpot under `'group'` (the *reward* spikes the same: the detector,
 # which reads the reward, still names it, and that is right: the judge is still broken). What changes
-# is what the update does with it: the largest advantage and the gradient norm, and with them the
-# damage to the gold reward. The real fix is in the judge (clip it, or remove the bonus).
+# is what the update does with it: the largest advantage and the gradient norm (the table above shows
+# what each run did to the gold reward). The real fix is in the judge (clip it, or remove the bonus).
 
 # %% [markdown]
 # ## 3. Reward hacking: a judge that pays for length
@@ -164,7 +165,8 @@ def summary(r, kind):
     mean = lambda k: sum(m[k] for m in tail if k in m) / max(sum(1 for m in tail if k in m), 1)
     return {"detected_at": f.step if f else None, "evidence": sorted(f.evidence) if f else [],
             "final_accuracy": r.run.evals[-1][1], "max_abs_adv": max(m["advantages/max_abs"] for m in r.history),
-            "gold_reward_tail": mean("gold_reward"), "reward_tail": mean("reward")}
+            "gold_reward_tail": mean("gold_reward"), "reward_tail": mean("reward"),
+            "reward_head": sum(m["reward"] for m in r.history[:10]) / len(r.history[:10])}
 
 lab = {"reward_spike": summary(spike, "reward_spike"), "reward_spike + fix": summary(spike_fixed, "reward_spike"),
        "reward_hacking": summary(hack, "reward_hacking"), "reward_hacking + fix": summary(hack_fixed, "reward_hacking")}
@@ -176,7 +178,7 @@ if not SMOKE:
     assert lab["reward_spike"]["detected_at"] is not None
     assert lab["reward_spike"]["max_abs_adv"] > 10 * lab["reward_spike + fix"]["max_abs_adv"]
     assert lab["reward_hacking"]["detected_at"] is not None and lab["reward_hacking + fix"]["detected_at"] is None
-    assert lab["reward_hacking"]["reward_tail"] > lab["reward_hacking + fix"]["reward_tail"] - 0.5
+    assert lab["reward_hacking"]["reward_tail"] > lab["reward_hacking"]["reward_head"]  # the proxy reward climbs
     assert lab["reward_hacking + fix"]["gold_reward_tail"] > lab["reward_hacking"]["gold_reward_tail"]
 
 # %% [markdown]

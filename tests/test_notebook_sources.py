@@ -95,3 +95,15 @@ def test_source_compiles_and_its_grpo_kit_imports_resolve(py):
                 importlib.import_module(f"{module}.{name}")
             except ImportError:
                 pytest.fail(f"{py.name}:{line}: `from {module} import {name}`: {module} has no {name}")
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_parameters_cell_honours_the_smoke_environment_variable(py):
+    """The browser test (and a Jupyter server started with GRPO_KIT_SMOKE=1) cannot pass papermill parameters:
+    each notebook's parameters cell must read GRPO_KIT_SMOKE, or the notebook runs at full size there."""
+    text = py.read_text()
+    start = text.index('# %% tags=["parameters"]')
+    cell = text[start:text.index("# %%", start + 10)]
+    assert 'os.environ.get("GRPO_KIT_SMOKE") == "1"' in cell and "SMOKE = SMOKE or" in cell, (
+        f"{py.name}: its parameters cell does not read GRPO_KIT_SMOKE; add "
+        f"SMOKE = SMOKE or os.environ.get(\"GRPO_KIT_SMOKE\") == \"1\" after SMOKE = False")
