@@ -22,13 +22,15 @@ chromium:
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
-# unit tests, the browser test and every notebook in smoke mode (SMOKE=True); full-size runs are deselected
+# unit tests, and every notebook in smoke mode in the browser test (SMOKE=True) plus notebook 00 headless;
+# full-size runs and the other headless smoke runs are deselected (pyproject.toml)
 test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -ra
 
-# every notebook at its default (full) parameters, asserting every claim it teaches
+# every notebook at its default (full) parameters, asserting every claim it teaches, and every
+# notebook's headless smoke run
 test-full: $(STAMP)
-	$(VENV)/bin/python -m pytest -ra -m full
+	$(VENV)/bin/python -m pytest -ra -m "full or headless"
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -20,6 +20,7 @@ def _common(values):
 
 
 @pytest.mark.notebook
+@pytest.mark.headless
 def test_notebook_04_smoke(tmp_path):
     values = run_notebook(NB, tmp_path / "04.ipynb", parameters={"SMOKE": True}, timeout=900)
     _common(values)

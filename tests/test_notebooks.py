@@ -1,7 +1,8 @@
 """Each notebook runs headlessly (papermill) and asserts its own claims; here we read back what it recorded.
 
 Two modes per notebook:
-- smoke (``make test``): ``SMOKE=True`` parameters, one thread; every cell runs and every claim that
+- smoke (``SMOKE=True``, one thread; marker ``headless`` except notebook 00: the browser test runs the
+  same cells in ``make test``, ``make test-full`` runs these too): every cell runs and every claim that
   needs no long run is asserted (the notebook's last cells say which those are);
 - full (``make test-full``, marker ``full``): the default parameters; every claim is asserted.
 
@@ -61,6 +62,7 @@ def check_group_normalization(v, tolerance):
 
 
 @pytest.mark.notebook
+@pytest.mark.headless
 def test_group_normalization_smoke(tmp_path):
     check_group_normalization(run("01_group_normalization", tmp_path, SMOKE, timeout=300), tolerance=0.12)
 
@@ -77,6 +79,7 @@ def check_loss_math(v):
 
 
 @pytest.mark.notebook
+@pytest.mark.headless
 def test_grpo_loss_smoke(tmp_path):
     v = run("02_the_grpo_loss", tmp_path, SMOKE, timeout=600)
     check_loss_math(v)
@@ -103,6 +106,7 @@ def check_judges(v):
 
 
 @pytest.mark.notebook
+@pytest.mark.headless
 def test_judges_and_preferences_smoke(tmp_path):
     check_judges(run("03_judges_and_preferences", tmp_path, SMOKE, timeout=600))
 
