@@ -93,6 +93,10 @@ def test_full_notebook_02_variants_stay_quiet(variant):
 @pytest.mark.parametrize("name", sorted(FAILURES))
 def test_full_failure_runs_detected(name):
     r = run_failure(name, seed=0)
+    out = DATA.parent.parent / "runs" / "failure_runs"  # what each run found, for the README's table
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"findings": [f.to_dict() for f in r.findings],
+                                                  "evals": r.run.evals, "steps": r.run.step}, indent=1, default=str))
     assert FAILURES[name].kind in r.kinds(), [f.summary() for f in r.findings]
     assert FAILURES[name].kind in [f.kind for f in r.run.findings]  # the live check found it too
 
