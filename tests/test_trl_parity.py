@@ -141,6 +141,8 @@ CASES = [
     ("dr_grpo", "token", "batch", 0.04, None, 1.5, 0.0, 6, 2, {}),
     ("dr_grpo", "sequence", "group", 0.0, 0.28, None, 0.05, None, 2, {}),
     ("dr_grpo", "token", "none", 0.04, 0.28, None, 0.0, 4, 1, {"mask_truncated_completions": True}),
+    # a limit above every completion: dr_grpo divides by the limit, not by the batch's padded length
+    ("dr_grpo", "token", "group", 0.0, None, None, 0.0, None, 1, {"max_completion_length": L + 3}),
     ("dapo", "token", "group", 0.04, 0.28, 1.5, 0.0, 4, 3, {}),
     ("dapo", "sequence", "none", 0.04, None, None, 0.0, 6, 2, {"temperature": 0.7}),
     ("dapo", "token", "batch", 0.0, None, None, 0.05, 6, 2, {}),
@@ -153,11 +155,11 @@ CASES = [
 
 def kit_config(case) -> GRPOConfig:
     loss_type, level, scale, beta, eps_high, delta, ent, micro, iters, extra = case
-    return GRPOConfig(num_prompts=P, num_generations=G, max_completion_length=L, steps=1, loss_type=loss_type,
-                      importance_sampling_level=level, scale_rewards=scale, beta=beta, epsilon_high=eps_high,
-                      delta=delta, entropy_coef=ent, micro_batch_size=micro, num_iterations=iters,
-                      max_grad_norm=1e9, learning_rate=LR, device="cpu", log_kl=False, threads=1,
-                      reward_funcs=["exact_answer"] * len(extra.get("reward_weights", [1])), **extra)
+    return GRPOConfig(**{**dict(num_prompts=P, num_generations=G, max_completion_length=L, steps=1, loss_type=loss_type,
+                                importance_sampling_level=level, scale_rewards=scale, beta=beta, epsilon_high=eps_high,
+                                delta=delta, entropy_coef=ent, micro_batch_size=micro, num_iterations=iters,
+                                max_grad_norm=1e9, learning_rate=LR, device="cpu", log_kl=False, threads=1,
+                                reward_funcs=["exact_answer"] * len(extra.get("reward_weights", [1]))), **extra})
 
 
 def partition_matters(cfg: GRPOConfig) -> bool:
