@@ -239,7 +239,8 @@ class Dashboard:
         if self.stop_button is None:
             return
         stop = self._stop.is_set()
-        text = ("stopped" if stop else "finished") if self._closed else ("stopping…" if stop else "Stop")
+        ended = self._closed or (self.current in self.series and self.series[self.current].stopped)  # the run said so
+        text = ("stopped" if stop else "finished") if ended else ("stopping…" if stop else "Stop")
         if self.stop_button.description != text:
             self.stop_button.description, self.stop_button.disabled = text, text != "Stop"
 

@@ -75,6 +75,8 @@ def test_stop_button_sets_should_stop_and_the_click_hook_fires_on_arrival():
     dash.stop_button.click()                      # what ipywidgets does when the frontend reports a click
     assert dash.should_stop() and dash.stopped and dash.stop_button.disabled
     assert dash.stop_button.description == "stopping…"
+    dash.update(scripted(1, 0.5, 0.1, stopped=1.0), variant="a")  # the run ended after its step
+    assert dash.stop_button.description == "stopped"
     dash.close()
     assert dash.stop_button.description == "stopped"
 
