@@ -155,9 +155,16 @@ def test_late_decline_on_held_out_accuracy():
 
 
 def test_grad_explosion_ratio_and_skipped_updates():
-    h = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 0.5, 0.5])
+    # one spike (clipped to max_grad_norm, gone the next step) is not an explosion; a second within the window is
+    once = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 0.5, 0.5])
+    assert diagnose(once, window=W, kinds=["grad_explosion"]) == []
+    h = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 30.0, 0.5])
     f = only(diagnose(h, window=W, kinds=["grad_explosion"]), "grad_explosion")
-    assert f.step == 9 and f.evidence["ratio"] == pytest.approx(80.0)
+    assert f.step == 11 and f.evidence["ratio"] == pytest.approx(60.0)   # 30 / median(0.5, 0.5, 40, 0.5)
+    assert f.evidence["spikes_in_window"] == [(9, 40.0), (11, 30.0)]
+    # spikes further apart than the window do not add up
+    apart = hist(16, grad_norm=[0.5] * 8 + [40.0] + [0.5] * 4 + [30.0, 0.5, 0.5])
+    assert diagnose(apart, window=W, kinds=["grad_explosion"]) == []
     # large but steady gradients (a reward scale) are not an explosion
     assert diagnose(hist(12, grad_norm=40.0), window=W, kinds=["grad_explosion"]) == []
     skipped = hist(12, grad_norm=0.5, skipped=lambda s: 1.0 if s == 5 else 0.0)
