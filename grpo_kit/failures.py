@@ -26,7 +26,9 @@ The failures (``FAILURES``; the numbers measured are in each entry's ``measured`
 - ``length_blowup``: the scratchpad task with per-sequence normalisation (loss_type 'grpo') and
   group z-scores at the default learning rate.
 - ``sign_error``: ``advantage_estimator='topk_minus_own_BROKEN_SIGN'`` (training reward falls).
-- ``late_decline``: a constant learning rate above the default: the reward rises, then falls.
+- ``late_decline``: a constant learning rate of 4e-4: held-out accuracy climbs, then falls back.
+  (With the default 3e-4 held constant, the merged code's seed-0 run only swung by 14.5 points and
+  ended at 80.5%: below the detector's 15 points. At 6e-4 it collapses from the start instead.)
 """
 from __future__ import annotations
 
@@ -154,8 +156,9 @@ FAILURES: dict[str, Failure] = {f.name: f for f in [
             dict(advantage_estimator="topk"),
             "the same estimator with the sign fixed ('topk')", steps=40),
     Failure("late_decline", "late_decline",
-            "a constant learning rate (3e-4, the default without its decay): the reward rises, then falls back",
-            dict(lr_schedule="constant"),
+            "a constant learning rate of 4e-4 (a third above the default, without its decay): held-out accuracy "
+            "climbs back to its start, then falls by more than 20 points, and keeps swinging",
+            dict(learning_rate=4e-4, lr_schedule="constant"),
             dict(lr_schedule="cosine"),
             "cosine decay of the same learning rate", steps=300),
 ]}
