@@ -153,7 +153,7 @@ DEFAULTS_MEASURED = {
     "length_*": "healthy: window-mean clipped_ratio at most 0.032; length_blowup run 0.65 from 0.03 at the start (step 20; wrong answers 0.98 truncated)",
     "decline_*": "healthy: the reward never falls below its start window by more than noise and its late drop from "
                  "the peak is at most 0.04, held-out accuracy falls at most 0.064 below its best eval (seed 0: 57.6% -> "
-                 "51.2%); late_decline run (constant lr): accuracy 53.5% (step 100) -> 31.0% (step 175); sign_error run: 0.015 against a start of 0.060 (step 20); the "
+                 "51.2%); late_decline run (constant lr 4e-4): accuracy 44.5% (step 100) -> 19.0% (step 125); sign_error run: 0.015 against a start of 0.060 (step 20); the "
                  "entropy_collapse and kl_blowup runs fall the same way within 20 steps",
     "grad_*": "healthy: grad_norm at most 4.5x its trailing median (raw max 5.4) on six runs, and one isolated "
               "spike in the notebook-02 Dr. GRPO run (52.2, 131x its median, step 92, re-measured 2026-12-03); "
