@@ -41,7 +41,9 @@ SIM_TRIALS = 20000          # simulated groups per G for the noise / zero-varian
 # %%
 import copy
 import inspect
+import json
 import math
+import textwrap
 import time
 
 import ipywidgets as W
@@ -54,6 +56,7 @@ from grpo_kit.config import GRPOConfig
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.nbtools import record
 from grpo_kit.train import setup, train
+from grpo_kit.widgets import redraw_on_change
 from IPython.display import display
 
 if SMOKE:
@@ -141,50 +144,38 @@ def preview_lines(schedule, samples):
     return text, rows
 
 
-def draw_preview(schedule, samples, out=None):
-    text, rows = preview_lines(schedule, samples)
+def preview_figure(schedule_text, samples):
+    """The schedule's G and P over the run, or the error the config gives, as a matplotlib figure."""
+    fig, ax = plt.subplots(figsize=(7, 2.6), constrained_layout=True)
+    try:
+        text, rows = preview_lines(json.loads(schedule_text), samples)
+    except ValueError as e:
+        text, rows = f"not a JSON list: {e}", None
     if rows is None:
-        print(text)
-        return
-    _, ax = plt.subplots(figsize=(7, 2.6), constrained_layout=True)
+        ax.axis("off")
+        ax.text(0, 0.5, textwrap.fill(text, 80), va="center", family="monospace", color="C3")
+        return fig
     fr = [r["fraction"] for r in rows]
     ax.step(fr, [r["G"] for r in rows], where="post", label="G (completions per prompt)")
     ax.step(fr, [r["P"] for r in rows], where="post", label="P (prompts per step)")
     ax.set(xlabel="fraction of the run (completions generated / budget)", yscale="log",
            title=f"B = {samples} completions per step")
     ax.legend()
-    plt.show()
-    print(text)
+    return fig
 
 
 preset = W.Dropdown(options=list(PRESETS), value="large to small", description="preset")
 sched_box = W.Text(value=PRESETS["large to small"], description="schedule", layout=W.Layout(width="420px"))
 samples_box = W.Dropdown(options=[32, 64, 128, 256], value=SAMPLES_PER_STEP, description="B")
-out = W.Output()
-
-
-def redraw(_=None):
-    import json
-
-    out.clear_output(wait=True)
-    with out:
-        try:
-            schedule = json.loads(sched_box.value)
-        except ValueError as e:
-            print(f"not a JSON list: {e}")
-            return
-        draw_preview(schedule, samples_box.value)
-
-
 preset.observe(lambda ch: setattr(sched_box, "value", PRESETS[ch["new"]]), names="value")
-sched_box.observe(redraw, names="value")
-samples_box.observe(redraw, names="value")
+out = redraw_on_change([sched_box, samples_box], lambda: preview_figure(sched_box.value, samples_box.value))
 display(W.VBox([W.HBox([preset, samples_box]), sched_box, out]))
-redraw()
 
 # %%
 # The same preview as a plain figure (what a headless run shows), and the error a bad entry gives.
-draw_preview([[0.0, 16], [0.3, 8], [0.7, 4]], SAMPLES_PER_STEP)
+preview_figure("[[0.0, 16], [0.3, 8], [0.7, 4]]", SAMPLES_PER_STEP)
+plt.show()
+print(preview_lines([[0.0, 16], [0.3, 8], [0.7, 4]], SAMPLES_PER_STEP)[0])
 bad_text, _ = preview_lines([[0.0, 16], [0.5, 6]], 128)
 print(bad_text)
 record("bad_schedule_names_entry", "group_size_schedule[1]" in bad_text)
