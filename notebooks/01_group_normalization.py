@@ -25,8 +25,8 @@
 # 5. two variants you will meet, k-means reward buckets and "top-k minus own reward", and what
 #    goes wrong with each.
 #
-# **How long it takes**: 72 s with the default parameters, 30 s with `SMOKE = True`
-# (measured on 2 CPU cores shared with other jobs, so upper bounds); no training, only arithmetic on rewards.
+# **How long it takes**: a few seconds with the default parameters or with `SMOKE = True` (4 s each,
+# run headless on 2 quiet CPU cores); no training, only arithmetic on rewards.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: fewer simulated groups, a wider tolerance.

@@ -24,9 +24,8 @@
 # 4. four published variants trained side by side, 3 seeds each, on the live dashboard, with
 #    the spread between seeds.
 #
-# **How long it takes**: 54 minutes with the default parameters (15 training runs: 3 of 150 steps, 12 of
-# 120 steps with 2 updates each), 130 s with `SMOKE = True` (measured on 2 CPU cores shared with
-# other jobs, so upper bounds).
+# **How long it takes**: 7 minutes with the default parameters (15 training runs: 3 of 150 steps, 12 of
+# 120 steps with 2 updates each), 16 s with `SMOKE = True` (run headless on 2 quiet CPU cores).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: fewer samples and a few steps per run; the
