@@ -22,15 +22,15 @@ rewards are all equal; none returns NaN or inf there.
 |---|---|---|---|
 | `grpo` | `compute_advantages(r, scale_rewards)` (the three rows above) | 0 | DeepSeekMath / TRL |
 | `rloo` | r_i - mean_{j != i} r_j = G/(G-1) (r_i - mean_g r) | 0 | RLOO, Ahmadian et al. 2024 ("Back to Basics") |
-| `rank` | (#{j: r_j < r_i} - #{j: r_j > r_i}) / (G-1), in [-1, 1]; ties share the average rank | 0 | rank-based shaping (seed 001); = `pairwise` with M = sign(r_i - r_j) |
+| `rank` | (#{j: r_j < r_i} - #{j: r_j > r_i}) / (G-1), in [-1, 1]; ties share the average rank | 0 | rank-based shaping, a variant you will meet; = `pairwise` with M = sign(r_i - r_j) |
 | `pairwise` | (sum_{j != i} M[i, j]) / (G-1) from a (P, G, G) preference matrix | 0 (M = 0) | win-rate for pairwise judges (issue 3) |
-| `kmeans` | 1-D k-means over all P*G rewards, then z-score within each cluster | not 0: its cluster mixes prompts (0 when the whole batch is equal) | seed 000 ("dynamic reward buckets") |
+| `kmeans` | 1-D k-means over all P*G rewards, then z-score within each cluster | not 0: its cluster mixes prompts (0 when the whole batch is equal) | a variant you will meet ("dynamic reward buckets") |
 | `normalize_then_sum` | per objective group z-score, weighted sum, then batch z-score | 0 (up to rounding) | GDPO; TRL `multi_objective_aggregation="normalize_then_sum"` |
 | `sum_then_normalize` | weighted sum of objectives, then `compute_advantages` | 0 | TRL `multi_objective_aggregation="sum_then_normalize"` (its default) |
 | `process` | step rewards z-scored over the group's steps; token adv = sum of its and later steps' | 0 | DeepSeekMath sec. 4.1.3, process supervision |
-| `hybrid_gae` | w * grpo + (1 - w) * GAE(values, terminal reward) per token | (1-w) * GAE | GAE, Schulman et al. 2016; mix from seed 000 (w = 0.3) |
-| `topk` | r_i - mean(top-k rewards of the group) (<= 0 except at the top) | 0 | seed 001, sign corrected |
-| `topk_minus_own_BROKEN_SIGN` | mean(top-k) - r_i, exactly as seed 001 writes it | 0 | seed 001 (wrong sign: the worst answer gets the largest advantage) |
+| `hybrid_gae` | w * grpo + (1 - w) * GAE(values, terminal reward) per token | (1-w) * GAE | GAE, Schulman et al. 2016; mix weight w = 0.3 as GRPO write-ups give it |
+| `topk` | r_i - mean(top-k rewards of the group) (<= 0 except at the top) | 0 | a variant you will meet, sign corrected |
+| `topk_minus_own_BROKEN_SIGN` | mean(top-k) - r_i, as the variant is often written | 0 | a variant you will meet (wrong sign: the worst answer gets the largest advantage) |
 
 What k-means buckets do, honestly: a 1-D cluster holds similar rewards, so normalising within it
 compares each answer with answers that scored about the same (from any prompt) and throws away
@@ -179,7 +179,7 @@ def kmeans_1d(x: torch.Tensor, k: int, iters: int = 100) -> tuple[torch.Tensor, 
 
 
 def kmeans_bucket(rewards: torch.Tensor, n_clusters: int = 8, eps: float = EPS) -> torch.Tensor:
-    """Seed 000's reward buckets: k-means over all P*G rewards, z-score within each cluster (not each prompt).
+    """Reward buckets (a variant you will meet): k-means over all P*G rewards, z-score within each cluster (not each prompt).
 
     A cluster of one reward has std 0 and gets advantage 0.
     """
@@ -306,7 +306,7 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 
 def hybrid_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, w: float = 0.3,
                gamma: float = 1.0, lam: float = 0.95, scale_rewards: str = "group") -> torch.Tensor:
-    """w * group advantage + (1 - w) * GAE from a value head, per token (seed 000 suggests w = 0.3).
+    """w * group advantage + (1 - w) * GAE from a value head, per token (w = 0.3 is a value you will meet in GRPO write-ups).
 
     ``rewards`` (P, G) outcome rewards; ``values`` and ``mask`` (P, G, T) (see ``critic.py``).
     Returns (P, G, T). A zero-variance group keeps its GAE part: the critic still has an opinion.
@@ -324,7 +324,7 @@ def _topk_mean(rewards: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def topk_minus_own_BROKEN_SIGN(rewards: torch.Tensor, k: int = 5) -> torch.Tensor:  # noqa: N802
-    """mean(top-k rewards of the group) - r_i, exactly as seed 001 writes it. WRONG SIGN, kept to study.
+    """mean(top-k rewards of the group) - r_i, as the variant is often written. WRONG SIGN, kept to study.
 
     The best answers get the smallest advantage (<= 0 at the top) and the worst the largest, so
     gradient ascent on it makes the model worse. k = min(k, G) (the seed uses 5).
@@ -333,7 +333,7 @@ def topk_minus_own_BROKEN_SIGN(rewards: torch.Tensor, k: int = 5) -> torch.Tenso
 
 
 def topk_baseline(rewards: torch.Tensor, k: int = 5) -> torch.Tensor:
-    """r_i - mean(top-k rewards of the group): seed 001 with the sign corrected. Not centred:
+    """r_i - mean(top-k rewards of the group): the same variant with the sign corrected. Not centred:
     every answer below the top-k mean is pushed down; only answers above it are pushed up."""
     return rewards - _topk_mean(rewards, k)  # (P, G)
 

@@ -140,13 +140,13 @@ def test_hybrid_gae_by_hand():
 
 # ---------------------------------------------------------------- top-k, broken and fixed
 def test_topk_broken_sign_rewards_the_worst_answer():
-    # [0,1,2,3], k=2: mean of the top 2 = 2.5. Seed 001: 2.5 - r; corrected: r - 2.5
+    # [0,1,2,3], k=2: mean of the top 2 = 2.5. as often written: 2.5 - r; corrected: r - 2.5
     r = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
     broken = topk_minus_own_BROKEN_SIGN(r, 2)
     approx(broken, [2.5, 1.5, 0.5, -0.5])
     assert int(broken.argmax()) == 0  # the worst answer (reward 0) gets the largest advantage
     approx(topk_baseline(r, 2), [-2.5, -1.5, -0.5, 0.5])
-    # seed's k=5 > G=4: the top-k mean is the group mean, so the fixed one is Dr. GRPO's mean-centred
+    # the variant's k=5 > G=4: the top-k mean is the group mean, so the fixed one is Dr. GRPO's mean-centred
     assert torch.equal(topk_baseline(r, 5), mean_centred(r))
 
 
