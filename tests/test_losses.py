@@ -52,16 +52,20 @@ def test_micro_batched_aggregation_sums_to_the_batch_value():
         assert sum(p.item() for p in parts) == pytest.approx(expected), loss_type
 
 
+@pytest.mark.parametrize("token_adv", [False, True], ids=["A_i", "A_it"])
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-def test_gradient_at_ratio_one_is_minus_advantage_times_grad_logprob(loss_type):
+def test_gradient_at_ratio_one_is_minus_advantage_times_grad_logprob(loss_type, token_adv):
     """With old = logp.detach() the ratio is 1 and grad L = -sum_it w_it A_i grad logp_it,
-    where w_it is the aggregation weight: 1/(B|o_i|) grpo, 1/sum|o| bnpo/dapo, 1/(B L) dr_grpo."""
+    where w_it is the aggregation weight: 1/(B|o_i|) grpo, 1/sum|o| bnpo/dapo, 1/(B L) dr_grpo.
+    Per-token advantages A_it (B, T) enter the same way, each token with its own."""
     torch.manual_seed(0)
     B, T, V, L = 3, 4, 7, 6
     logits = torch.randn(B, T, V, requires_grad=True)
     targets = torch.randint(V, (B, T))
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     adv = torch.tensor([1.5, -0.5, 2.0])
+    if token_adv:  # (B, T): the tokens of one completion pushed different ways
+        adv = torch.tensor([[1.5, 0.0, -1.0, 2.0], [-0.5, 0.5, 9.0, 9.0], [2.0, 7.0, 7.0, 7.0]])
     logp = token_logprobs(logits, targets)
     per_token, _ = grpo_per_token_loss(logp, logp.detach(), None, adv, mask)
     aggregate(per_token, mask, loss_type, max_completion_length=L).backward()
@@ -71,7 +75,8 @@ def test_gradient_at_ratio_one_is_minus_advantage_times_grad_logprob(loss_type):
     lengths = mask.sum(-1, keepdim=True).float()
     w = {"grpo": 1 / (B * lengths), "bnpo": 1 / mask.sum().float(), "dapo": 1 / mask.sum().float(),
          "dr_grpo": torch.tensor(1.0 / (B * L))}[loss_type]
-    surrogate = -(w * adv[:, None] * token_logprobs(logits, targets) * mask).sum()
+    a = adv if token_adv else adv[:, None]  # (B, T) or (B, 1)
+    surrogate = -(w * a * token_logprobs(logits, targets) * mask).sum()
     surrogate.backward()
     torch.testing.assert_close(got, logits.grad, rtol=1e-6, atol=1e-7)
 
