@@ -327,7 +327,7 @@ def topk_minus_own_BROKEN_SIGN(rewards: torch.Tensor, k: int = 5) -> torch.Tenso
     """mean(top-k rewards of the group) - r_i, as the variant is often written. WRONG SIGN, kept to study.
 
     The best answers get the smallest advantage (<= 0 at the top) and the worst the largest, so
-    gradient ascent on it makes the model worse. k = min(k, G) (the seed uses 5).
+    gradient ascent on it makes the model worse. k = min(k, G) (5 is the value you will meet).
     """
     return _topk_mean(rewards, k) - rewards  # (P, G)
 
