@@ -8,8 +8,8 @@ Variants (measured in one process, alternating: trl, kit, floor, trl, kit, floor
 |---------|------------------|
 | `kit`   | ``grpo_kit.train.grpo_step``: draw P prompts, sample P*G completions, judge, advantages, reference forward (when the config needs one), policy forward/backward, clip, AdamW, metrics |
 | `trl`   | one optimizer step of ``trl.GRPOTrainer`` (on CPU, no vLLM) with the same settings, timed from ``on_step_begin`` to ``on_step_end`` of a ``TrainerCallback`` |
-| `floor` | the compute no GRPO step can avoid: the kit's ``sampling.generate`` on prompts tokenised once, one policy forward/backward (``logprobs.completion_logprobs``) of ``-(adv * logp)`` over completion tokens, one reference forward (only when the config needs one), ``AdamW.step`` and ``zero_grad``; no judging, no entropy, no gradient clipping, no metrics. Same prompt sharing as the kit (``share_prompt_prefix``) |
-| `floor_plain` | (opt-in) the floor with every row's prompt encoded separately, as TRL does |
+| `floor` | the compute no GRPO step can avoid: the kit's ``sampling.generate`` on prompts tokenised once, one policy forward/backward (``logprobs.completion_logprobs``) of ``-(adv * logp)`` over completion tokens, one reference forward (only when the config needs one), ``AdamW.step`` and ``zero_grad``; no judging, no entropy, no gradient clipping, no metrics. Same prompt sharing and merging of identical rows as the kit (``share_prompt_prefix``, ``dedupe_completions``) |
+| `floor_plain` | (opt-in) the floor with every row forwarded whole (prompt encoded per row, identical rows not merged), as TRL does |
 
 Settings shared by all three: the shipped tiny model and tokenizer, the arithmetic task's train
 split, ``judges.exact_answer``, P prompts x G completions, max completion length, temperature
@@ -78,7 +78,7 @@ def bench_config(args) -> GRPOConfig:
                       beta=args.beta, log_kl=args.log_kl, loss_type=args.loss_type,
                       scale_rewards=args.scale_rewards, learning_rate=args.lr, threads=args.threads,
                       device="cpu", steps=10**6, eval_every=0, eval_size=1, seed=args.seed,
-                      share_prompt_prefix=not args.no_share)
+                      share_prompt_prefix=not args.no_share, dedupe_completions=not args.no_dedupe)
 
 
 # ---------------------------------------------------------------- the three steps
@@ -91,8 +91,9 @@ def kit_stepper(cfg: GRPOConfig):
 def floor_stepper(cfg: GRPOConfig):
     """Generate + policy forward/backward + reference forward (if needed) + AdamW, nothing else.
 
-    With ``cfg.share_prompt_prefix`` (the default) it uses the kit's shared-prompt encoding too,
-    so ``kit / floor`` is what the kit adds around its compute; ``floor_plain`` turns it off.
+    With ``cfg.share_prompt_prefix`` and ``cfg.dedupe_completions`` (the defaults) it uses the kit's
+    shared-prompt encoding and scores identical rows once too, so ``kit / floor`` is what the kit
+    adds around its compute; ``floor_plain`` turns both off (every row forwarded whole, as TRL does).
     """
     policy, tok = load_model(cfg.model, "cpu")
     ref = load_model(cfg.model, "cpu")[0].requires_grad_(False) if (cfg.beta != 0 or cfg.log_kl) else None
@@ -105,6 +106,7 @@ def floor_stepper(cfg: GRPOConfig):
     temps = row_temperatures(cfg.temperature, P, G, "cpu")  # (B, 1)
     adv = torch.randn(P * G, 1, generator=g)  # (B, 1) stands in for judged advantages
     share = G if cfg.share_prompt_prefix else 1
+    lp_kw = dict(share_prompt=cfg.share_prompt_prefix, dedupe=cfg.dedupe_completions)
 
     def step():
         policy.eval()
@@ -112,10 +114,10 @@ def floor_stepper(cfg: GRPOConfig):
                                tok.pad_token_id, temps, g, group_size=share)  # (B, Tc), (B, Tc)
         if ref is not None:
             with torch.no_grad():
-                completion_logprobs(ref, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1), group_size=share)
+                completion_logprobs(ref, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1), **lp_kw)
         policy.train()
         logp, _ = completion_logprobs(policy, prompt_ids, prompt_mask, cids, cmask, temps.unsqueeze(-1),
-                                      group_size=share)  # (B, Tc)
+                                      **lp_kw)  # (B, Tc)
         m = cmask.float()
         loss = -(adv * logp * m).sum() / m.sum()
         loss.backward()
@@ -130,7 +132,7 @@ def stepper(cfg: GRPOConfig, variant: str):
     if variant == "floor":
         return floor_stepper(cfg)
     if variant == "floor_plain":
-        return floor_stepper(cfg.replace(share_prompt_prefix=False))
+        return floor_stepper(cfg.replace(share_prompt_prefix=False, dedupe_completions=False))
     raise SystemExit(f"unknown variant {variant!r}: choose from trl, kit, floor, floor_plain")
 
 
@@ -243,7 +245,7 @@ def summarise(cfg: GRPOConfig, times: dict, cpu: dict, memory: dict, args) -> di
                      "max_completion_length": cfg.max_completion_length, "temperature": cfg.temperature,
                      "beta": cfg.beta, "log_kl": cfg.log_kl, "loss_type": cfg.loss_type,
                      "scale_rewards": cfg.scale_rewards, "learning_rate": cfg.learning_rate,
-                     "threads": cfg.threads, "share_prompt_prefix": cfg.share_prompt_prefix,
+                     "threads": cfg.threads, "share_prompt_prefix": cfg.share_prompt_prefix, "dedupe_completions": cfg.dedupe_completions,
                      "reps": args.reps, "warmup": args.warmup},
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "loadavg_1m": os.getloadavg()[0]},
         "median_s": med,
@@ -297,6 +299,7 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma list of trl,kit,floor,floor_plain")
     p.add_argument("--no-share", action="store_true", help="kit and floor without share_prompt_prefix")
+    p.add_argument("--no-dedupe", action="store_true", help="kit and floor without dedupe_completions")
     p.add_argument("--mem-steps", type=int, default=3, help="steps each memory subprocess runs (0: no memory)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--only", help=argparse.SUPPRESS)

@@ -124,7 +124,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
         args_lp = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, 1.0)
         with run_autocast(cfg, device), torch.no_grad():
             plain = completion_logprobs(run.policy, *args_lp)[0]
-            shared = completion_logprobs(run.policy, *args_lp, group_size=cfg.num_generations)[0]
+            shared = completion_logprobs(run.policy, *args_lp, share_prompt=True)[0]
         m = ro.completion_mask.bool()
         shared_diff = float((plain - shared)[m].abs().max())
 

@@ -47,10 +47,10 @@ def phases(run, reps: int) -> dict[str, float]:
     ref = run.ref if run.ref is not None else run.policy
     for g, tag in ((G, "shared prompt"), (1, "plain")):
         with torch.inference_mode():
-            out[f"reference forward ({tag})"] = best(lambda: completion_logprobs(ref, *args, group_size=g))
+            out[f"reference forward ({tag})"] = best(lambda: completion_logprobs(ref, *args, share_prompt=g > 1))
 
         def fwd_bwd():
-            lp, _ = completion_logprobs(run.policy, *args, with_entropy=True, group_size=g)
+            lp, _ = completion_logprobs(run.policy, *args, with_entropy=True, share_prompt=g > 1)
             lp.sum().backward()
             run.policy.zero_grad(set_to_none=True)
 

@@ -191,6 +191,11 @@ class GRPOConfig:
     """Encode each group's prompt once and share its key-value cache among the G completions, in
     sampling and in the log-prob forwards (P*Tp + B*Tc tokens instead of B*(Tp+Tc)); the same
     numbers up to float rounding. Off, or with gradient checkpointing: the plain forward."""
+    dedupe_completions: bool = True
+    """Score identical rows (same prompt, completion and temperature: a group often samples the
+    same short answer several times) once in the log-prob forwards and copy the result back, in
+    the graph, so the gradient is the sum over the copies, as for separate rows; the same numbers
+    up to float rounding, for the cost of the distinct rows (``logprobs.completion_logprobs``)."""
     threads: int | None = 2
     """torch CPU threads (None leaves torch's default)."""
 
@@ -350,6 +355,7 @@ class GRPOConfig:
         boolean("mask_truncated_completions")
         boolean("log_kl")
         boolean("share_prompt_prefix")
+        boolean("dedupe_completions")
         # optimisation
         number("learning_rate", "> 0", lambda v: v > 0)
         number("weight_decay", ">= 0", lambda v: v >= 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import position_ids_from_mask, prefill, repeated_groups
+from .sampling import position_ids_from_mask, prefill
 
 LOGSOFTMAX_CHUNK = 2**22  # float32 elements (16 MiB) of log-softmax held at once for low-precision logits
 ENTROPY_CHUNK = LOGSOFTMAX_CHUNK  # the same bound for entropy_from_logits
@@ -103,8 +103,24 @@ def activation_checkpointing(model) -> bool:
     return False
 
 
+def distinct_rows(*cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of ``cols`` (each (B, ...), compared side by side), in order of first
+    appearance: ``keep`` (U,) indexes the first row of each, ``inverse`` (B,) maps every row to its
+    distinct row, so ``x[keep][inverse]`` equals ``x`` for each column ``x``."""
+    key = torch.cat([c.reshape(c.shape[0], -1).long() for c in cols], dim=1)  # (B, K)
+    B = key.shape[0]
+    _, inv = torch.unique(key, dim=0, return_inverse=True)  # (B,) sorted-order ids 0..U-1
+    rows = torch.arange(B, device=key.device)  # (B,)
+    first = torch.full((int(inv.max()) + 1,), B, dtype=torch.long, device=key.device)
+    first = first.scatter_reduce(0, inv, rows, "amin")  # (U,) first row of each distinct row
+    order = first.argsort()  # (U,) distinct rows by first appearance
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=key.device)  # (U,) sorted id -> appearance id
+    return first[order], rank[inv]  # (U,), (B,)
+
+
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                      group_size: int = 1) -> torch.Tensor:
+                      share_prompt: bool = False) -> torch.Tensor:
     """Logits that predict each completion token: (B, Tc, V), in the forward's dtype (bf16 under
     autocast), *not* divided by the temperature (:func:`token_logprobs` does that in float32).
 
@@ -112,24 +128,28 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
     for the last Tc + 1 positions (``logits_to_keep``), the shared-prompt forward for the last
     prompt position and the completion positions.
 
-    ``group_size`` G > 1: rows come in runs of G identical prompts (as ``sample_groups`` lays
-    them out), so each prompt is encoded once into a key-value cache that the G completions
-    share; the forward and backward then cost P*Tp + B*Tc tokens instead of B*(Tp+Tc). The
-    log-probs equal the plain forward's up to float rounding (a few 1e-6 on the tiny model). A
-    model that cannot take a cache in training (gradient checkpointing) gets the plain forward.
+    ``share_prompt``: each distinct prompt (a group's G rows share one) is encoded once into a
+    key-value cache that its rows share; the forward and backward then cost P*Tp + B*Tc tokens
+    instead of B*(Tp+Tc), and the gradient of a shared prompt activation is the sum over its
+    rows, as for separate rows. The log-probs equal the plain forward's up to float rounding (a
+    few 1e-6 on the tiny model). A model that cannot take a cache in training (gradient
+    checkpointing), or a batch whose prompts are all different, gets the plain forward.
     """
     Tp, Tc = prompt_ids.shape[1], completion_ids.shape[1]
     attn = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (B, Tp+Tc)
     pos = position_ids_from_mask(attn)  # (B, Tp+Tc)
     checkpointing = model.training and activation_checkpointing(model)
-    if group_size > 1 and not checkpointing and repeated_groups(prompt_ids, group_size) \
-            and repeated_groups(prompt_mask, group_size):
-        first, cache = prefill(model, prompt_ids, prompt_mask, group_size, logits_to_keep=1)  # logits (B, 1, V)
-        if Tc == 1:
-            return first.logits  # (B, 1, V)
-        out = model(input_ids=completion_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, Tp:-1],
-                    use_cache=True, **cache)  # logits (B, Tc-1, V): the last completion token predicts nothing
-        return torch.cat([first.logits, out.logits], dim=1)  # (B, Tc, V) t predicts token t
+    if share_prompt and not checkpointing:
+        keep, inv = distinct_rows(prompt_ids, prompt_mask)  # (P,) one row per distinct prompt, (B,)
+        if keep.numel() < prompt_ids.shape[0]:
+            first, cache = prefill(model, prompt_ids[keep], prompt_mask[keep], logits_to_keep=1)  # logits (P, 1, V)
+            next(iter(cache.values())).batch_select_indices(inv)  # each row reads its prompt's keys and values
+            first_logits = first.logits[inv]  # (B, 1, V)
+            if Tc == 1:
+                return first_logits
+            out = model(input_ids=completion_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, Tp:-1],
+                        use_cache=True, **cache)  # logits (B, Tc-1, V): the last completion token predicts nothing
+            return torch.cat([first_logits, out.logits], dim=1)  # (B, Tc, V) t predicts token t
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False,
                 logits_to_keep=Tc + 1)  # logits (B, Tc+1, V): positions Tp-1 .. Tp+Tc-1
@@ -138,16 +158,31 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                         temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
-                        group_size: int = 1):
+                        share_prompt: bool = False, dedupe: bool = False):
     """(B, Tc) float32 log-probs of the completion tokens under softmax(logits / temperature), and
     (B, Tc) entropies if asked (else None). ``temperature``: a float or (B, 1) / (B, 1, 1) tensor
     (the sampling temperature, as TRL does, so that log-probs are those of the distribution
     that was sampled).
 
     ``entropy_grad=True`` keeps the entropies in the graph (for an entropy bonus in the loss);
-    ``group_size``: see :func:`completion_logits` (shares each group's prompt encoding)."""
+    ``share_prompt``: see :func:`completion_logits` (encodes each distinct prompt once).
+    ``dedupe``: identical rows (same prompt, completion and temperature; a group often samples
+    the same short answer several times) go through the model once and are copied back by
+    index, so the forward and backward cost the distinct rows only. The copy is part of the
+    graph: each copy's gradient flows back and adds up, exactly the gradient of B separate rows.
+    """
+    B = completion_ids.shape[0]
+    if dedupe:
+        temps = _as_row_temps(temperature, B, completion_ids.device)  # (B, 1, 1) float32
+        keep, inv = distinct_rows(prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                  temps.reshape(B, 1).contiguous().view(torch.int32))  # (U,), (B,)
+        if keep.numel() < B:
+            logp, ent = completion_logprobs(model, prompt_ids[keep], prompt_mask[keep], completion_ids[keep],
+                                            completion_mask[keep], temps[keep], with_entropy, entropy_grad,
+                                            share_prompt)  # (U, Tc) each
+            return logp[inv], (ent[inv] if ent is not None else None)  # (B, Tc)
     logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                               group_size)  # (B, Tc, V) forward dtype
+                               share_prompt)  # (B, Tc, V) forward dtype
     logp = token_logprobs(logits, completion_ids, temperature)  # (B, Tc) float32
     ent = None
     if with_entropy:

@@ -77,19 +77,15 @@ def loss_mask(rollouts: Rollouts, mask_truncated: bool) -> torch.Tensor:
     return mask
 
 
-def shared_group(s: slice, G: int, share: bool) -> int:
-    """Group size whose prompt a micro-batch may encode once (1 when ``s`` cuts through a group)."""
-    return G if share and s.start % G == 0 and (s.stop - s.start) % G == 0 else 1
-
-
-def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False) -> torch.Tensor:
+def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False,
+                   dedupe: bool = False) -> torch.Tensor:
     """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
     out = []
     for s in slices:
         with ctx, torch.inference_mode():
             lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                         rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s],
-                                        group_size=shared_group(s, rollouts.num_generations, share_prompt))
+                                        share_prompt=share_prompt, dedupe=dedupe)
         out.append(at_least_fp32(lp))
     return torch.cat(out)  # (B, Tc)
 
@@ -133,10 +129,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     need_ref = ref is not None and (cfg.beta != 0.0 or cfg.log_kl)
     if cfg.beta != 0.0 and ref is None:
         raise ValueError("beta != 0 needs a reference model")
-    share = getattr(cfg, "share_prompt_prefix", False)
-    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share) if need_ref else None  # (B, Tc)
+    share, dedupe = getattr(cfg, "share_prompt_prefix", False), getattr(cfg, "dedupe_completions", False)
+    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share, dedupe) if need_ref else None  # (B, Tc)
     # with a single update the sampling policy is the current one: old = logp.detach() (as TRL)
-    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share) if cfg.num_iterations > 1 else None
+    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share, dedupe) if cfg.num_iterations > 1 else None
 
     params = [p for p in policy.parameters() if p.requires_grad]
     sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
@@ -157,8 +153,8 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                 logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
-                                                entropy_grad=cfg.entropy_coef != 0,
-                                                group_size=shared_group(s, rollouts.num_generations, share))
+                                                entropy_grad=cfg.entropy_coef != 0, share_prompt=share,
+                                                dedupe=dedupe)
             logp = at_least_fp32(logp)  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them

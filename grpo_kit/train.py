@@ -432,7 +432,8 @@ def _new_findings(run: Run) -> dict:
 STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
-                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "diagnose_every"}
+                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "dedupe_completions",
+                     "diagnose_every"}
 _STEP_DIR = re.compile(r"step-\d+")
 _STEP_NUM = re.compile(r"step-(\d+)")
 

@@ -111,8 +111,8 @@ def test_shared_prefix_and_plain_logprobs_agree_within_bf16_tolerance(tiny):
     args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, 1.0)
     with BF16, torch.no_grad():
         plain, _ = completion_logprobs(model, *args)
-        shared, _ = completion_logprobs(model, *args, group_size=4)
-        logits = completion_logits(model, *args[:4], group_size=4)
+        shared, _ = completion_logprobs(model, *args, share_prompt=True)
+        logits = completion_logits(model, *args[:4], share_prompt=True)
     m = ro.completion_mask.bool()
     assert logits.dtype == torch.bfloat16
     torch.testing.assert_close(shared[m], plain[m], rtol=0, atol=0.05)  # bf16: 8 mantissa bits, |logit| ~ 10
