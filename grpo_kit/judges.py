@@ -102,7 +102,12 @@ def resolve_reward_func(spec) -> RewardFunc:
     - a name of ``REWARD_FUNCS`` (``"exact_answer"``);
     - ``"package.module:function"``: that function, imported (``"trl.rewards:think_format_reward"``);
     - ``{"function": "package.module:factory", "args": {...}}``: ``factory(**args)``, for reward
-      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``).
+      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``);
+    - ``"learned:PATH"``: a learned judge saved by ``grpo-kit train-judge`` (loaded once per process;
+      see ``learned_judge.learned_reward``);
+    - ``"remote:URL"``: a judge served over HTTP with OpenRLHF's remote reward model protocol
+      (``grpo-kit serve-judge``; see ``serve.remote_reward``, whose factory form sets the timeout
+      and retries).
     Raises :class:`ConfigError` naming the entry and what is wrong.
     """
     if callable(spec):
@@ -119,6 +124,8 @@ def resolve_reward_func(spec) -> RewardFunc:
             raise ConfigError(f"reward function factory {spec['function']!r} rejected args {spec.get('args')}: {e}") from None
     elif isinstance(spec, str) and spec in REWARD_FUNCS:
         return _text_view(REWARD_FUNCS[spec])
+    elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
+        return _text_view(_judge_from_prefix(spec))
     elif isinstance(spec, str) and ":" in spec:
         f = _import(spec)
     else:
@@ -127,6 +134,26 @@ def resolve_reward_func(spec) -> RewardFunc:
     if not callable(f):
         raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
     return f
+
+
+def _judge_from_prefix(spec: str) -> RewardFunc:
+    """``"learned:PATH"`` or ``"remote:URL"`` -> the reward function; ConfigError naming the entry."""
+    from .errors import CheckpointError
+
+    kind, _, where = spec.partition(":")
+    if not where.strip():
+        raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
+                          f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
+    try:
+        if kind == "learned":
+            from .learned_judge import learned_reward
+
+            return learned_reward(where)
+        from .serve import remote_reward
+
+        return remote_reward(where)
+    except CheckpointError as e:
+        raise ConfigError(f"reward function {spec!r}: {e}") from None
 
 
 def _text_view(f: RewardFunc) -> RewardFunc:
