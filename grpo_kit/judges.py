@@ -394,7 +394,8 @@ def score_with_policy(funcs, prompts, completions, columns, weights=None, policy
 # thousands separators, LaTeX ``\times 10^{3}``.
 #
 # Shipped here (also in REWARD_FUNCS): ``math_answer``, ``gsm8k_format``, ``boxed_format``,
-# ``distinct_2`` (from ``distinct_n_reward``), ``correct_steps``; factories
+# ``distinct_2`` (from ``distinct_n_reward``), ``correct_steps``, and from symbolic.py
+# ``math_verify_answer`` (math-verify's symbolic comparison; its docstring says where the two differ); factories
 # ``soft_overlong_punishment`` (DAPO eq. 13) and ``distinct_n_reward``; adapters ``to_trl`` /
 # ``from_trl``; scalar ensembles ``ensemble_reward`` and ``agreement``. Pairwise judges and
 # preference matrices live in ``preferences.py``.
@@ -713,6 +714,16 @@ def correct_steps(prompts: list[str], completions: list[str], **_) -> list[float
 
 REWARD_FUNCS.update({"math_answer": math_answer, "gsm8k_format": gsm8k_format, "boxed_format": boxed_format,
                      "distinct_2": distinct_n_reward(2), "correct_steps": correct_steps})
+
+
+def _register_symbolic() -> None:
+    """``math_verify_answer`` (symbolic.py, backed by math-verify, imported only when it runs)."""
+    from .symbolic import math_verify_answer
+
+    REWARD_FUNCS["math_verify_answer"] = math_verify_answer
+
+
+_register_symbolic()
 
 
 # ---------------------------------------------------------------- TRL adapters
