@@ -9,12 +9,24 @@ import torch
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
 from grpo_kit.judges import resolve_reward_func, score
-from grpo_kit.learned_judge import (METADATA, as_reward, bradley_terry_loss, judge_scores, learned_reward,
-                                    load_learned_judge, new_learned_judge, pairwise_agreement, perturbed_groups,
-                                    preference_pairs, save_learned_judge, split_groups, train_learned_judge)
+from grpo_kit.learned_judge import (
+    METADATA,
+    as_reward,
+    bradley_terry_loss,
+    judge_scores,
+    learned_reward,
+    load_learned_judge,
+    new_learned_judge,
+    pairwise_agreement,
+    perturbed_groups,
+    preference_pairs,
+    save_learned_judge,
+    split_groups,
+    train_learned_judge,
+)
 from grpo_kit.preferences import load_preference_groups
-from grpo_kit.train import train as train_loop
 from grpo_kit.tasks import get_task
+from grpo_kit.train import train as train_loop
 
 
 def test_bradley_terry_loss_by_hand():
