@@ -365,8 +365,7 @@ def cmd_serve_judge(args) -> int:
     """Serve judges until Ctrl-C; the first line printed names the bound address."""
     from .serve import make_server
 
-    specs = [json.loads(j) if j.lstrip().startswith("{") else j for j in args.judge]
-    server = make_server(specs, args.host, args.port)
+    server = make_server(args.judge, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"grpo-kit serve-judge: listening on http://{host}:{port}/get_reward (judges: "
           f"{', '.join(map(str, args.judge))})", flush=True)

@@ -12,7 +12,8 @@ function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL
 included (``tests/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
 cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
 ``"package.module:function"``, or a factory with arguments as ``{"function":
-"trl.rewards:get_soft_overlong_punishment", "args": {...}}`` (see :func:`get_reward_funcs`).
+"trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as
+``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (see :func:`resolve_reward_func`).
 
 Reward functions only read text; they never execute it.
 

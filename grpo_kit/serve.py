@@ -252,8 +252,10 @@ def request_payload(prompts: Sequence[str], completions: Sequence[str], columns:
 def remote_reward(url: str, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.5) -> RewardFunc:
     """A reward function that asks the server at ``url`` (``reward_funcs: ["remote:URL"]`` uses the
     defaults; the factory form ``{"function": "grpo_kit.serve:remote_reward", "args": {"url": ...,
-    "timeout_s": 5, "retries": 1}}`` sets them). One call waits at most about
-    ``(retries + 1) * timeout_s + backoff_s * (2**retries - 1)`` seconds."""
+    "timeout_s": 5, "retries": 1}}`` sets them). A try gives up when the server stays silent for
+    ``timeout_s`` (while connecting or between bytes), so a server that is down or stuck costs at
+    most about ``(retries + 1) * timeout_s + backoff_s * (2**retries - 1)`` seconds per call;
+    ``reward_timeout_s`` bounds the whole call."""
     _check_url(url)
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ConfigError(f"remote_reward timeout_s={timeout_s!r}: must be a finite number of seconds > 0")
