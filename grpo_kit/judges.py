@@ -131,7 +131,8 @@ def resolve_reward_func(spec) -> RewardFunc:
         f = _import(spec)
     else:
         raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
-                          f"one as 'package.module:function', or pass a callable")
+                          f"one as 'package.module:function', a saved learned judge as 'learned:DIR', a served one as "
+                          f"'remote:URL', or pass a callable")
     if not callable(f):
         raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
     return f
