@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dataset", help="jsonl items (default: the task's held-out test split)")
     e.add_argument("--task", default="add2")
     e.add_argument("--samples", type=_positive_int, default=0, help="K sampled completions per item for pass@K")
+    e.add_argument("--self-consistency", type=_positive_int, default=0, metavar="K",
+                   help="K sampled completions per item, majority vote on their answers (ties: the answer "
+                        "that appeared first among the samples)")
     e.add_argument("--batch-size", type=_positive_int, default=512,
                    help="completions generated at once (lower it when memory is short; default 512)")
     x = sub.add_parser("export", help="copy a run's latest model to a folder any HF/vLLM loader reads")
@@ -79,6 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--k", type=_positive_int, default=8, help="responses per prompt")
     g.add_argument("--seed", type=_positive_int, default=0)
     g.add_argument("--out", required=True, help="jsonl file to write")
+    j = sub.add_parser("train-judge", help="train a learned judge on preference groups; print held-out agreement")
+    j.add_argument("--data", required=True, help="preference groups jsonl (grpo-kit pregen writes one)")
+    j.add_argument("--out", required=True, help="folder for the judge (use it as reward_funcs: [learned:FOLDER])")
+    j.add_argument("--steps", type=_positive_int, default=200)
+    j.add_argument("--seed", type=_positive_int, default=0, help="initialises the head, orders pairs, picks held-out groups")
+    j.add_argument("--base", default="tiny", help="model folder the judge starts from (default: the shipped tiny base)")
+    j.add_argument("--heldout", type=float, default=0.2, help="fraction of groups held out for agreement (default 0.2)")
+    j.add_argument("--batch-size", type=_positive_int, default=64, help="preference pairs per step")
+    j.add_argument("--lr", type=float, default=1e-3)
+    j.add_argument("--overwrite", action="store_true", help="replace what is already in --out")
+    v = sub.add_parser("serve-judge", help="serve judges over HTTP (OpenRLHF's POST /get_reward protocol)")
+    v.add_argument("--judge", action="append", required=True, metavar="SPEC",
+                   help="a reward_funcs entry: a name of judges.REWARD_FUNCS, package.module:function, "
+                        "learned:PATH or remote:URL; repeat for several (the rewards are their sum)")
+    v.add_argument("--port", type=_positive_int, default=5000, help="0 picks a free port (printed)")
+    v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     m = sub.add_parser("make-base", help="rebuild the tiny base model by supervised training from its seed")
     m.add_argument("--task", default="add2")
     m.add_argument("--seed", type=_positive_int, default=0)
@@ -218,6 +237,8 @@ def cmd_eval(args) -> int:
 
     if args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
+    if args.self_consistency == 1:
+        raise UsageError("--self-consistency 1 is one sample, no vote; pass K >= 2 (or 0 for none)")
     model, tok = load_model(args.model)
     items = load_items(args.dataset) if args.dataset else heldout_split(args.task)
     if args.dataset:
@@ -227,6 +248,10 @@ def cmd_eval(args) -> int:
     result = {"items": len(items), "greedy_accuracy": acc}
     if args.samples:
         result.update(pass_at_k_eval(model, tok, items, args.samples, batch_size=args.batch_size))
+    if args.self_consistency:
+        from .inference import self_consistency_eval
+
+        result.update(self_consistency_eval(model, tok, items, args.self_consistency, batch_size=args.batch_size))
     print(json.dumps(result))
     return 0
 
@@ -294,6 +319,66 @@ def cmd_pregen(args) -> int:
     return 0
 
 
+def cmd_train_judge(args) -> int:
+    """Train a learned judge on preference groups, hold out whole groups, save it with its metadata."""
+    import math
+
+    from .learned_judge import (
+        pairwise_agreement,
+        preference_pairs,
+        save_learned_judge,
+        split_groups,
+        train_learned_judge,
+    )
+    from .preferences import load_preference_groups
+    from .runfolder import check_path
+
+    out = check_path(args.out, "--out")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; choose a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise UsageError(f"--out {out} is not empty; choose an empty or new folder, or pass --overwrite to replace it")
+    if not (math.isfinite(args.lr) and args.lr > 0) or args.steps < 1:
+        raise UsageError(f"--lr {args.lr} and --steps {args.steps}: need lr > 0 and at least one step")
+    records = load_preference_groups(args.data)
+    train, held = split_groups(records, args.heldout, args.seed)
+    model, tok, report = train_learned_judge(train, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                                             seed=args.seed, base=args.base, log=print)
+    meta = {"data": str(args.data), "base": str(args.base), "seed": args.seed, "steps": args.steps,
+            "batch_size": args.batch_size, "lr": args.lr, "heldout_frac": args.heldout,
+            "train_groups": len(train), "heldout_groups": len(held), **report}
+    if held:
+        meta["heldout_pairs"] = len(preference_pairs(held))
+        meta["heldout_agreement"] = pairwise_agreement(model, tok, held)
+        print(f"held-out pairwise agreement {meta['heldout_agreement']:.3f} on {meta['heldout_pairs']} non-tied "
+              f"pairs of {len(held)} groups never trained on (chance 0.5)")
+    else:
+        print("no held-out groups (--heldout 0): agreement not measured")
+    if out.is_dir() and args.overwrite:
+        shutil.rmtree(out)
+    save_learned_judge(model, tok, out, meta)
+    print(f"wrote {out}/ (use it as reward_funcs: [learned:{out}])")
+    return 0
+
+
+def cmd_serve_judge(args) -> int:
+    """Serve judges until Ctrl-C; the first line printed names the bound address."""
+    from .serve import make_server
+
+    server = make_server(args.judge, args.host, args.port)
+    host, port = server.server_address[:2]
+    print(f"grpo-kit serve-judge: listening on http://{host}:{port}/get_reward (judges: "
+          f"{', '.join(map(str, args.judge))})", flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"grpo-kit: warning: bound to {host}: anyone who can reach this machine can call the judges",
+              file=sys.stderr)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
 def cmd_make_base(args) -> int:
     from .tiny import shipped_path, train_base
 
@@ -304,7 +389,7 @@ def cmd_make_base(args) -> int:
 
 
 COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "pregen": cmd_pregen,
-            "make-base": cmd_make_base}
+            "make-base": cmd_make_base, "train-judge": cmd_train_judge, "serve-judge": cmd_serve_judge}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,9 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base "
+            raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base, train-judge, "
+                             "serve-judge "
                              "(see grpo-kit --help)")
-        for name in ("out", "to", "config", "dataset", "model", "run"):
+        for name in ("out", "to", "config", "dataset", "model", "run", "data"):
             if isinstance(getattr(args, name, None), str):
                 from .runfolder import check_path
                 check_path(getattr(args, name), f"--{name}")

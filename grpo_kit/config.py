@@ -90,8 +90,10 @@ class GRPOConfig:
     """Reward functions, each a name from ``judges.REWARD_FUNCS``, an importable function
     ``"package.module:function"`` (``"trl.rewards:think_format_reward"``), or a factory with arguments
     ``{"function": "trl.rewards:get_soft_overlong_punishment", "args": {"max_completion_len": 8,
-    "soft_punish_cache": 4}}``; they get TRL's keyword arguments (see judges.py). Callables can be
-    passed to ``setup()`` directly."""
+    "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
+    judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
+    timeout and retries through the factory ``grpo_kit.serve:remote_reward``); they get TRL's keyword
+    arguments (see judges.py). Callables can be passed to ``setup()`` directly."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
     gold_reward_funcs: list = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Evaluation: greedy accuracy on a split, and sampled pass@k."""
+"""Evaluation: greedy accuracy on a split, sampled pass@k, and self-consistency (majority vote over k samples)."""
 from __future__ import annotations
 
 import torch
@@ -114,6 +114,32 @@ def greedy_accuracy(model, tokenizer, items: list[dict], max_new_tokens: int | N
     return (acc, completions, scores) if return_completions else acc
 
 
+def _sampled_groups(model, tokenizer, items: list[dict], k: int, temperature: float, seed: int,
+                    max_new_tokens: int | None, batch_size: int, what: str):
+    """Yield ``(chunk, prompts, completions)``: k sampled completions per item of ``chunk``, item by
+    item (k * len(chunk) of each). At most ``batch_size`` completions are generated at once (a
+    large k is split into several passes over one item), so memory does not grow with k."""
+    gen = torch.Generator(next(model.parameters()).device).manual_seed(seed)
+    budget = max_new_tokens or max_answer_tokens(items)
+    batch_size = max(1, batch_size)
+    longest = max(len(it["prompt"]) for it in items) + 1 if items else 1
+    check_generation_memory(model, min(batch_size, k * len(items)), longest + budget, what)
+    per = max(1, batch_size // k)  # items per pass when k fits a batch
+    for i in range(0, len(items), per):
+        chunk = items[i:i + per]
+        if k <= batch_size:
+            r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen)
+            yield chunk, r.prompts, r.completions
+        else:  # one item, k samples in passes of batch_size
+            prompts, completions = [], []
+            for done in range(0, k, batch_size):
+                r = sample_groups(model, tokenizer, [chunk[0]["prompt"]], min(batch_size, k - done), budget,
+                                  temperature, gen)
+                prompts += r.prompts
+                completions += r.completions
+            yield chunk, prompts, completions
+
+
 @torch.no_grad()
 def pass_at_k_eval(model, tokenizer, items: list[dict], k: int, temperature: float = 1.0,
                    seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512) -> dict:
@@ -124,29 +150,58 @@ def pass_at_k_eval(model, tokenizer, items: list[dict], k: int, temperature: flo
     """
     from .metrics import pass_at_k
 
-    gen = torch.Generator(next(model.parameters()).device).manual_seed(seed)
-    budget = max_new_tokens or max_answer_tokens(items)
-    batch_size = max(1, batch_size)
-    longest = max(len(it["prompt"]) for it in items) + 1 if items else 1
-    check_generation_memory(model, min(batch_size, k * len(items)), longest + budget, f"pass@{k}")
     p1 = pk = 0.0
-    per = max(1, batch_size // k)  # items per pass when k fits a batch
-    for i in range(0, len(items), per):
-        chunk = items[i:i + per]
-        if k <= batch_size:
-            r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen)
-            scores = exact_answer(r.prompts, r.completions, **columns_of(chunk, repeat=k))
-        else:  # one item, k samples in passes of batch_size
-            scores = []
-            for done in range(0, k, batch_size):
-                g = min(batch_size, k - done)
-                r = sample_groups(model, tokenizer, [chunk[0]["prompt"]], g, budget, temperature, gen)
-                scores += exact_answer(r.prompts, r.completions, **columns_of(chunk, repeat=g))
+    for chunk, prompts, completions in _sampled_groups(model, tokenizer, items, k, temperature, seed,
+                                                       max_new_tokens, batch_size, f"pass@{k}"):
+        scores = exact_answer(prompts, completions, **columns_of(chunk, repeat=k))
         for j in range(len(chunk)):
             c = int(sum(scores[j * k:(j + 1) * k]))
             p1 += pass_at_k(k, c, 1)
             pk += pass_at_k(k, c, k)
     return {"pass@1": p1 / len(items), f"pass@{k}": pk / len(items), "samples": k}
+
+
+def majority_vote(answers: list) -> int | None:
+    """Self-consistency's vote (Wang et al. 2023): the index of the sample whose answer the most
+    samples state, or None when no sample states one (``None`` entries do not vote).
+
+    Ties go to the answer that appeared first among the samples, and the index returned is
+    that answer's first sample: ``[7, 5, 5, 7]`` -> 0 (7 and 5 have two votes each; 7 came first).
+    Answers are compared with ``==`` (the parsed numbers of :func:`judges.stated_answers`).
+    """
+    counts: dict = {}
+    first: dict = {}
+    for i, a in enumerate(answers):
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+            first.setdefault(a, i)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return min(first[a] for a, c in counts.items() if c == top)
+
+
+@torch.no_grad()
+def self_consistency_eval(model, tokenizer, items: list[dict], k: int, temperature: float = 1.0,
+                          seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512) -> dict:
+    """Sample k completions per item, read each one's answer with the task's extractor
+    (:func:`judges.stated_answers`), take the :func:`majority_vote` and score the voted
+    completion with ``exact_answer`` (the judge of greedy accuracy). An item where no sample
+    states an answer counts as wrong. Returns ``{"self_consistency@k": accuracy, "samples": k}``."""
+    from .judges import stated_answers
+
+    right = 0.0
+    for chunk, prompts, completions in _sampled_groups(model, tokenizer, items, k, temperature, seed,
+                                                       max_new_tokens, batch_size, f"self-consistency@{k}"):
+        cols = columns_of(chunk, repeat=k)
+        answers = stated_answers(completions, cols.get("reverse_digits"), cols.get("scratchpad"))
+        for j, it in enumerate(chunk):
+            vote = majority_vote(answers[j * k:(j + 1) * k])
+            if vote is not None:
+                right += exact_answer([prompts[j * k + vote]], [completions[j * k + vote]],
+                                      **columns_of([it]))[0]
+    return {f"self_consistency@{k}": right / len(items), "samples": k}
+
 
 def model_context(model) -> int | None:
     """Positions the model was built for (``max_position_embeddings`` or ``n_positions``), if it says."""

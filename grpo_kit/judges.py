@@ -12,7 +12,8 @@ function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL
 included (``tests/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
 cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
 ``"package.module:function"``, or a factory with arguments as ``{"function":
-"trl.rewards:get_soft_overlong_punishment", "args": {...}}`` (see :func:`get_reward_funcs`).
+"trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as
+``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (see :func:`resolve_reward_func`).
 
 Reward functions only read text; they never execute it.
 
@@ -102,7 +103,12 @@ def resolve_reward_func(spec) -> RewardFunc:
     - a name of ``REWARD_FUNCS`` (``"exact_answer"``);
     - ``"package.module:function"``: that function, imported (``"trl.rewards:think_format_reward"``);
     - ``{"function": "package.module:factory", "args": {...}}``: ``factory(**args)``, for reward
-      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``).
+      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``);
+    - ``"learned:PATH"``: a learned judge saved by ``grpo-kit train-judge`` (loaded once per process;
+      see ``learned_judge.learned_reward``);
+    - ``"remote:URL"``: a judge served over HTTP with OpenRLHF's remote reward model protocol
+      (``grpo-kit serve-judge``; see ``serve.remote_reward``, whose factory form sets the timeout
+      and retries).
     Raises :class:`ConfigError` naming the entry and what is wrong.
     """
     if callable(spec):
@@ -119,14 +125,37 @@ def resolve_reward_func(spec) -> RewardFunc:
             raise ConfigError(f"reward function factory {spec['function']!r} rejected args {spec.get('args')}: {e}") from None
     elif isinstance(spec, str) and spec in REWARD_FUNCS:
         return _text_view(REWARD_FUNCS[spec])
+    elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
+        return _text_view(_judge_from_prefix(spec))
     elif isinstance(spec, str) and ":" in spec:
         f = _import(spec)
     else:
         raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
-                          f"one as 'package.module:function', or pass a callable")
+                          f"one as 'package.module:function', a saved learned judge as 'learned:DIR', a served one as "
+                          f"'remote:URL', or pass a callable")
     if not callable(f):
         raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
     return f
+
+
+def _judge_from_prefix(spec: str) -> RewardFunc:
+    """``"learned:PATH"`` or ``"remote:URL"`` -> the reward function; ConfigError naming the entry."""
+    from .errors import CheckpointError
+
+    kind, _, where = spec.partition(":")
+    if not where.strip():
+        raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
+                          f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
+    try:
+        if kind == "learned":
+            from .learned_judge import learned_reward
+
+            return learned_reward(where)
+        from .serve import remote_reward
+
+        return remote_reward(where)
+    except CheckpointError as e:
+        raise ConfigError(f"reward function {spec!r}: {e}") from None
 
 
 def _text_view(f: RewardFunc) -> RewardFunc:
@@ -367,7 +396,8 @@ def score_with_policy(funcs, prompts, completions, columns, weights=None, policy
 # thousands separators, LaTeX ``\times 10^{3}``.
 #
 # Shipped here (also in REWARD_FUNCS): ``math_answer``, ``gsm8k_format``, ``boxed_format``,
-# ``distinct_2`` (from ``distinct_n_reward``), ``correct_steps``; factories
+# ``distinct_2`` (from ``distinct_n_reward``), ``correct_steps``, and from symbolic.py
+# ``math_verify_answer`` (math-verify's symbolic comparison; its docstring says where the two differ); factories
 # ``soft_overlong_punishment`` (DAPO eq. 13) and ``distinct_n_reward``; adapters ``to_trl`` /
 # ``from_trl``; scalar ensembles ``ensemble_reward`` and ``agreement``. Pairwise judges and
 # preference matrices live in ``preferences.py``.
@@ -686,6 +716,16 @@ def correct_steps(prompts: list[str], completions: list[str], **_) -> list[float
 
 REWARD_FUNCS.update({"math_answer": math_answer, "gsm8k_format": gsm8k_format, "boxed_format": boxed_format,
                      "distinct_2": distinct_n_reward(2), "correct_steps": correct_steps})
+
+
+def _register_symbolic() -> None:
+    """``math_verify_answer`` (symbolic.py, backed by math-verify, imported only when it runs)."""
+    from .symbolic import math_verify_answer
+
+    REWARD_FUNCS["math_verify_answer"] = math_verify_answer
+
+
+_register_symbolic()
 
 
 # ---------------------------------------------------------------- TRL adapters

@@ -15,9 +15,17 @@ saw, the fraction where ``sign(r_i - r_j) == sign(M[i, j])`` (0.5 is chance).
 
 :func:`as_reward` makes it a reward function, so it goes wherever a judge goes (``score``,
 ``ensemble_reward``, ``preferences_from_judge``, TRL). It reads text; it never executes it.
+
+On disk (``grpo-kit train-judge --data PREFS.jsonl --out DIR``): :func:`save_learned_judge`
+writes the model and tokenizer with ``save_pretrained`` and ``grpo_kit_judge.json`` (how it was
+trained, its held-out agreement); :func:`load_learned_judge` refuses a folder without that file,
+so a policy checkpoint is never read as a judge with a freshly initialised (random) head. In a
+config, ``reward_funcs: ["learned:DIR"]`` scores with it (loaded once per process, see
+:func:`learned_reward`). :func:`split_groups` holds out whole groups, seeded.
 """
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -25,7 +33,10 @@ from typing import Sequence
 
 import torch
 
-from .errors import DataError
+from .errors import CheckpointError, DataError
+
+METADATA = "grpo_kit_judge.json"
+"""The file that marks a folder as a learned judge saved by the kit."""
 
 
 def preference_pairs(records: Sequence[dict], include_ties: bool = False) -> list[tuple[str, str, str, float]]:
@@ -166,6 +177,74 @@ def as_reward(model, tokenizer, name: str = "learned_judge"):
 
     learned.__name__ = name
     return learned
+
+
+def split_groups(records: Sequence[dict], heldout_frac: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Whole groups -> (train, held out): ``round(heldout_frac * n)`` groups drawn at random
+    (seeded), at least one when ``heldout_frac > 0``, and at least one left to train on. Both
+    keep the file's order. A prompt's pairs never land on both sides."""
+    if not 0 <= heldout_frac < 1:
+        raise DataError(f"held-out fraction {heldout_frac}: choose a number in [0, 1)")
+    n = len(records)
+    k = min(max(round(heldout_frac * n), 1 if heldout_frac > 0 else 0), n - 1)
+    if n < 2 and heldout_frac > 0:
+        raise DataError(f"{n} preference group(s): holding some out needs at least 2; pass a held-out fraction of 0")
+    held = set(random.Random(seed).sample(range(n), k))
+    return [r for i, r in enumerate(records) if i not in held], [r for i, r in enumerate(records) if i in held]
+
+
+def save_learned_judge(model, tokenizer, out: str | Path, metadata: dict) -> Path:
+    """Write the judge with ``save_pretrained`` (model and tokenizer) and ``metadata`` as
+    ``grpo_kit_judge.json`` into ``out``; returns the folder."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / METADATA).write_text(json.dumps({"kind": "learned_judge", **metadata}, indent=2) + "\n")
+    return out
+
+
+def load_learned_judge(path: str | Path):
+    """A judge saved by :func:`save_learned_judge` -> ``(model, tokenizer, metadata)``, in eval mode.
+
+    Raises :class:`CheckpointError` naming the folder when it is missing, is not a learned judge
+    (no ``grpo_kit_judge.json``: a policy checkpoint would load with a random scalar head), or
+    does not load as a one-output sequence classifier.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = Path(path)
+    fix = "train one with 'grpo-kit train-judge --data PREFS.jsonl --out DIR' and pass that DIR"
+    if not path.is_dir():
+        raise CheckpointError(f"learned judge {str(path)!r}: no such folder; {fix}")
+    if not (path / METADATA).is_file():
+        raise CheckpointError(f"learned judge {str(path)!r}: not a learned judge folder (no {METADATA}); {fix}")
+    try:
+        meta = json.loads((path / METADATA).read_text())
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+    except Exception as e:  # a truncated or foreign file: one user-facing error
+        raise CheckpointError(f"learned judge {str(path)!r} cannot be loaded ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''}); {fix}") from e
+    if not isinstance(meta, dict) or model.config.num_labels != 1:
+        raise CheckpointError(f"learned judge {str(path)!r}: expected one scalar output and a metadata object, "
+                              f"got {model.config.num_labels} outputs; {fix}")
+    return model.eval(), tokenizer, meta
+
+
+_LOADED: dict[tuple[str, float], object] = {}
+
+
+def learned_reward(path: str | Path):
+    """``reward_funcs: ["learned:PATH"]``: the judge in ``path`` as a reward function, loaded once
+    per process per folder (and again when its weights file changes)."""
+    path = Path(path)
+    weights = path / "model.safetensors"
+    key = (str(path.resolve()), weights.stat().st_mtime if weights.is_file() else 0.0)
+    if key not in _LOADED:
+        model, tokenizer, _ = load_learned_judge(path)
+        _LOADED[key] = as_reward(model, tokenizer, name=f"learned_{path.name}")
+    return _LOADED[key]
 
 
 def perturbed_groups(items: Sequence[dict], K: int = 4, seed: int = 0) -> list[dict]:

@@ -1,12 +1,32 @@
 """The learned judge trains on preference pairs and agrees with held-out preferences above chance."""
+import json
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
-from grpo_kit.errors import DataError
-from grpo_kit.judges import score
-from grpo_kit.learned_judge import (as_reward, bradley_terry_loss, judge_scores, new_learned_judge,
-                                    pairwise_agreement, perturbed_groups, preference_pairs, train_learned_judge)
+from grpo_kit.config import GRPOConfig
+from grpo_kit.errors import CheckpointError, ConfigError, DataError
+from grpo_kit.judges import resolve_reward_func, score
+from grpo_kit.learned_judge import (
+    METADATA,
+    as_reward,
+    bradley_terry_loss,
+    judge_scores,
+    learned_reward,
+    load_learned_judge,
+    new_learned_judge,
+    pairwise_agreement,
+    perturbed_groups,
+    preference_pairs,
+    save_learned_judge,
+    split_groups,
+    train_learned_judge,
+)
+from grpo_kit.preferences import load_preference_groups
 from grpo_kit.tasks import get_task
+from grpo_kit.train import train as train_loop
 
 
 def test_bradley_terry_loss_by_hand():
@@ -44,3 +64,68 @@ def test_learned_judge_agrees_on_held_out_groups(tmp_path):
     tok.save_pretrained(tmp_path)
     again, tok2 = new_learned_judge(tmp_path)
     assert torch.allclose(judge_scores(again, tok2, ["12+34="] * 2, ["64", "65"]), r, atol=1e-5)
+
+
+# ---------------------------------------------------------------- on disk: train-judge, learned:PATH
+
+def _records(n):
+    return [{"prompt": f"{i}+0=", "responses": ["a", "b"], "preference_matrix": [[0, 1], [-1, 0]]} for i in range(n)]
+
+
+def test_split_groups_holds_out_whole_groups_seeded():
+    recs = _records(10)
+    train, held = split_groups(recs, 0.3, seed=0)
+    assert len(train) == 7 and len(held) == 3  # round(0.3 * 10) = 3 groups, none on both sides
+    assert sorted(r["prompt"] for r in train + held) == sorted(r["prompt"] for r in recs)
+    assert [recs.index(r) for r in held] == sorted(recs.index(r) for r in held)  # the file's order kept
+    assert split_groups(recs, 0.3, seed=0) == (train, held) and split_groups(recs, 0.3, seed=1)[1] != held
+    assert len(split_groups(recs, 0.01)[1]) == 1 and split_groups(recs, 0.0) == (recs, [])  # at least one; none
+    for frac, n in ((1.0, 10), (-0.1, 10), (0.5, 1)):
+        with pytest.raises(DataError):
+            split_groups(_records(n), frac)
+
+
+def test_saved_judge_loads_once_and_refuses_other_folders(tmp_path, tiny):
+    model, tok = new_learned_judge("tiny", seed=3)
+    save_learned_judge(model, tok, tmp_path / "judge", {"steps": 0})
+    again, tok2, meta = load_learned_judge(tmp_path / "judge")
+    want = judge_scores(model, tok, ["12+34="] * 2, ["64", "65"])  # (2,)
+    assert torch.allclose(judge_scores(again, tok2, ["12+34="] * 2, ["64", "65"]), want, atol=1e-6)
+    assert meta == {"kind": "learned_judge", "steps": 0}
+    f = resolve_reward_func(f"learned:{tmp_path / 'judge'}")
+    assert torch.allclose(torch.tensor(f(prompts=["12+34="] * 2, completions=["64", "65"])), want, atol=1e-6)
+    assert learned_reward(tmp_path / "judge") is learned_reward(tmp_path / "judge")  # loaded once
+    # a policy checkpoint would load with a random head: refused, as is a missing folder
+    tiny[0].save_pretrained(tmp_path / "policy")
+    tiny[1].save_pretrained(tmp_path / "policy")
+    with pytest.raises(CheckpointError, match="not a learned judge folder .*grpo-kit train-judge"):
+        load_learned_judge(tmp_path / "policy")
+    with pytest.raises(ConfigError, match="reward function 'learned:.*nope': learned judge .* no such folder"):
+        GRPOConfig(reward_funcs=[f"learned:{tmp_path / 'nope'}"]).validate()
+    with pytest.raises(ConfigError, match="write it as 'learned:PATH'"):
+        resolve_reward_func("learned:")
+
+
+def test_train_judge_cli_prints_held_out_agreement(tmp_path, capsys):
+    from grpo_kit.cli import main
+
+    data = tmp_path / "prefs.jsonl"
+    shipped = Path(__file__).parents[1] / "datasets" / "add2_prefs.jsonl"
+    data.write_text("".join(shipped.read_text().splitlines(keepends=True)[:12]))
+    out = tmp_path / "add2_judge"
+    assert main(["train-judge", "--data", str(data), "--out", str(out), "--steps", "2", "--batch-size", "8",
+                 "--heldout", "0.25", "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    meta = json.loads((out / METADATA).read_text())
+    _, held = split_groups(load_preference_groups(data), 0.25, seed=1)  # the same 3 groups, never trained on
+    model, tok, _ = load_learned_judge(out)
+    assert meta["heldout_groups"] == 3 and meta["train_groups"] == 9
+    assert meta["heldout_agreement"] == pytest.approx(pairwise_agreement(model, tok, held), abs=1e-9)
+    assert f"held-out pairwise agreement {meta['heldout_agreement']:.3f} on {meta['heldout_pairs']}" in printed
+    # a run scores with it from YAML
+    cfg = GRPOConfig.from_yaml_text(f"steps: 1\nnum_prompts: 2\nnum_generations: 2\neval_size: 4\nthreads: 1\n"
+                                    f"device: cpu\nreward_funcs: ['learned:{out}']\n")
+    m = next(train_loop(cfg))
+    assert math.isfinite(m["rewards/learned_add2_judge/mean"])
+    assert main(["train-judge", "--data", str(data), "--out", str(out), "--steps", "1"]) == 2  # not empty
+    assert "is not empty" in capsys.readouterr().err
