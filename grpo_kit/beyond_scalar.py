@@ -23,8 +23,9 @@ answer after ``|`` is the last step.
 
 The GAE hybrid, and what its weight means. The two terms are on different scales: with
 ``scale_rewards='group'`` the group term is a z-score (std 1 inside each group with any
-signal), the GAE term is in reward units (0/1 rewards, gamma = 1: within [-1, 1], and smaller
-as the critic learns to predict the reward). So ``hybrid_weight`` w is not the share of the
+signal; with 'none', the default, it is r - mean(r), in reward units), the GAE term is in
+reward units (0/1 rewards, gamma = 1: within [-1, 1], and smaller as the critic learns to
+predict the reward). So ``hybrid_weight`` w is not the share of the
 advantage that comes from the group: that share is about w s_grp / (w s_grp + (1 - w) s_gae),
 with s the std of each term over the batch's tokens, logged as ``advantages/group_std``,
 ``advantages/gae_std`` and ``advantages/group_share`` every step.

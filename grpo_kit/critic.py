@@ -33,7 +33,7 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
     attn = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (B, Tp+Tc)
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                use_cache=False, output_hidden_states=True)
+                use_cache=False, output_hidden_states=True, logits_to_keep=1)  # no (B, T, V) logits
     return out.hidden_states[-1][:, Tp - 1:-1, :]  # (B, Tc, H)
 
 

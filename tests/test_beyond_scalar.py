@@ -308,3 +308,33 @@ def test_hybrid_gae_stopped_and_resumed_equals_a_straight_run(tmp_path):
     sa, sb = straight.critic_optimizer.state_dict()["state"], second.critic_optimizer.state_dict()["state"]
     assert all(torch.equal(sa[k]["exp_avg_sq"], sb[k]["exp_avg_sq"]) for k in sa)
     assert not torch.equal(straight.critic.weight, torch.zeros_like(straight.critic.weight))  # it did learn
+
+
+def test_hybrid_weight_1_is_plain_grpo_and_the_critic_only_trains_itself():
+    # w = 1 keeps only the group term: the policy's updates are those of advantage_estimator='grpo'
+    # (the values are computed without gradient and the value head has its own optimizer)
+    base = dict(steps=2, num_prompts=3, num_generations=4, eval_every=0, eval_size=10, threads=1, device="cpu",
+                scale_rewards="group")
+    runs = []
+    for kw in ({}, {"advantage_estimator": "hybrid_gae", "hybrid_weight": 1.0}):
+        cfg = GRPOConfig(**base, **kw)
+        runs.append(setup(cfg))
+        list(train(cfg, runs[-1]))
+    assert [m["loss"] for m in runs[0].history] == [m["loss"] for m in runs[1].history]
+    assert [m["grad_norm"] for m in runs[0].history] == [m["grad_norm"] for m in runs[1].history]
+    assert runs[1].history[1]["advantages/group_share"] == 1.0
+
+
+def steps_past_the_text(prompt, text, **_):
+    """A step judge with a bug: its one step ends one character past the completion."""
+    return [(1.0, len(text) + 1)]
+
+
+def test_a_malformed_step_judge_stops_grpo_kit_train_with_one_line(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("advantage_estimator: process\nstep_judge: test_beyond_scalar:steps_past_the_text\nsteps: 2\n"
+                   "num_prompts: 2\nnum_generations: 2\neval_every: 0\neval_size: 5\nthreads: 1\n")
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar: one line
+    assert err.startswith("grpo-kit: error: step judge 'steps_past_the_text' on completion 0")
+    assert "not a whole number in 1.." in err
