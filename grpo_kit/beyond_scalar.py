@@ -381,5 +381,5 @@ def per_completion(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     over each completion's tokens (B, Tc mask), (P, G)."""
     if adv.dim() == 2:
         return adv
-    m = mask.view_as(adv).to(adv.dtype)  # (P, G, Tc)
+    m = mask.view_as(adv).to(adv)  # (P, G, Tc) on the device and in the dtype of adv
     return (adv * m).sum(-1) / m.sum(-1).clamp(min=1)  # (P, G)

@@ -162,9 +162,10 @@ class GRPOConfig:
     ``beyond_scalar.STEP_JUDGES`` or ``"package.module:function"`` with the signature
     ``judge(prompt, text, **columns) -> [(score, end), ...]`` (the completion's text second, the item's
     columns as keywords): one finite score per step and the character offset in ``text`` just past
-    the step (increasing); the loop maps each end
-    to the completion token it falls in. 'column_sums' (the default) reads the scratchpad task
-    ``add2s``: each column sum is a step (1 right, 0 wrong), the answer after ``|`` the last one."""
+    the step (increasing); the loop maps each end to the completion token it falls in, z-scores the
+    scores over the group's steps and gives token t the sum of the scores of the steps ending at or
+    after it. 'column_sums' (the default) reads the scratchpad task ``add2s``: each column sum is a
+    step (1 right, 0 wrong), the answer after ``|`` the last one. A malformed answer is a RewardError."""
     hybrid_weight: float = 0.3
     """``advantage_estimator='hybrid_gae'``: w in A = w * group advantage + (1 - w) * GAE, in [0, 1]
     (0.3 is a value you will meet in GRPO write-ups). The terms have different scales: with
