@@ -14,10 +14,10 @@ Process rewards. A step judge is called ``judge(prompt, text, **columns) -> [(sc
 with the completion's text second and the item's columns as keywords (the built-in tasks' items
 carry ``answer``, ``completion`` (the reference), ``reverse_digits``, ``scratchpad``: do not name a
 parameter after one of them). It returns one finite score per step and the character offset in
-``text`` just past the step's last character, strictly increasing (``end`` as Python slices count it). :func:`token_char_ends`
-decodes every prefix of the sampled tokens, so a step ends on the token whose decoded prefix
-first reaches ``end`` (:func:`char_to_token`); this works for any tokenizer, the tiny model's
-one-token-per-character one included. The shipped judge ``column_sums`` reads the scratchpad
+``text`` just past the step's last character, strictly increasing (``end`` as Python slices
+count it). :func:`token_char_ends` decodes every prefix of the sampled tokens, so a step ends
+on the token whose decoded prefix first reaches ``end`` (:func:`char_to_token`); this works for
+any tokenizer, the tiny model's one-token-per-character one included. The shipped judge ``column_sums`` reads the scratchpad
 task (``add2s``): each column sum is a step, right when it equals the true column sum, and the
 answer after ``|`` is the last step.
 
@@ -56,7 +56,7 @@ from .errors import CheckpointError, ConfigError, RewardError
 from .inference import columns_of
 from .preferences import (ATOL, PreferenceCycleWarning, average_orders, check_preferences, closeness_rule,
                           correctness_rule, ensemble_preferences, find_cycle, preference_agreement,
-                          preferences_from_scores, rule_verdicts)
+                          preferences_from_judge, rule_verdicts)
 from .step import micro_slices, run_autocast
 from .tasks import column_sums, read_completion
 
@@ -144,8 +144,8 @@ def char_to_token(ends: list[int], char_end: int) -> int:
     """The first token whose decoded prefix reaches ``char_end`` characters (the step's last token)."""
     k = bisect.bisect_left(ends, char_end)
     if k == len(ends):
-        raise RewardError(f"a step ends at character {char_end}, past the decoded completion ({ends[-1] if ends else 0} "
-                          f"characters)")
+        raise RewardError(f"a step ends at character {char_end}, past the decoded completion "
+                          f"({ends[-1] if ends else 0} characters)")
     return k
 
 
@@ -246,10 +246,9 @@ PAIRWISE_RULES = {"correctness": correctness_rule, "closeness": closeness_rule}
 def _scalar_verdicts(func, temperature, prompts, groups, columns) -> torch.Tensor:
     """A scalar judge scores each completion once; the verdicts compare scores (no order, so no position bias)."""
     G = len(groups[0])
-    flat_cols = {k: [x for x in v for _ in range(G)] for k, v in columns.items()}
-    r, _ = judges.score([func], [p for p in prompts for _ in range(G)], [c for g in groups for c in g],
-                        flat_cols)  # (B,)
-    return preferences_from_scores(r.view(len(prompts), G), temperature).double()  # (P, G, G)
+    flat_cols = {k: [x for x in v for _ in range(G)] for k, v in columns.items()}  # one value per completion
+    return preferences_from_judge(func, [p for p in prompts for _ in range(G)], [c for g in groups for c in g],
+                                  flat_cols, G, temperature).double()  # (P, G, G)
 
 
 def resolve_pairwise_judge(spec, temperature: float | None = None) -> PairwiseJudge:
@@ -308,7 +307,8 @@ def pairwise_preferences(judge_list: list[PairwiseJudge], prompts, groups, colum
         m, bias = average_orders(j.verdicts(prompts, groups, columns))  # (P, G, G) each
         averaged.append(check_preferences(m, cycles="ignore"))
         metrics[f"pairwise/{j.name}/position_bias"] = mean_off_diagonal(bias)
-    metrics["pairwise/position_bias"] = sum(metrics[f"pairwise/{j.name}/position_bias"] for j in judge_list) / len(judge_list)
+    biases = [metrics[f"pairwise/{j.name}/position_bias"] for j in judge_list]
+    metrics["pairwise/position_bias"] = sum(biases) / len(biases)
     if len(judge_list) == 1:
         ens = averaged[0]  # (P, G, G)
     else:
@@ -338,7 +338,7 @@ def pairwise_step(run, cfg, items, rollouts) -> tuple[torch.Tensor, dict]:
 # ---------------------------------------------------------------- dispatch, run state and checkpoints
 
 def setup(run, cfg) -> None:
-    """Give ``run`` what its estimator needs: the step judge, the value head and its optimizer, or the pairwise judges."""
+    """Give ``run`` what its estimator needs: the step judge, the value head and its optimizer, or the judges."""
     if cfg.advantage_estimator == "process":
         run.step_judge = resolve_step_judge(cfg.step_judge)
     elif cfg.advantage_estimator == "hybrid_gae":

@@ -46,7 +46,8 @@ def test_column_sum_steps_by_hand():
     # 47+85: column sums 7+5 = 12, 4+8+1 = 13, answer 132 written reversed "231"
     assert bs.column_sum_steps("47+85=", "12 13|231", scratchpad=True) == [(1.0, 2), (1.0, 5), (1.0, 9)]
     assert bs.column_sum_steps("47+85=", "12 14|241", scratchpad=True) == [(1.0, 2), (0.0, 5), (0.0, 9)]
-    assert bs.column_sum_steps("47+85=", "12 13 7", scratchpad=True) == [(1.0, 2), (1.0, 5), (0.0, 7)]  # extra, no answer
+    # an extra column and no answer
+    assert bs.column_sum_steps("47+85=", "12 13 7", scratchpad=True) == [(1.0, 2), (1.0, 5), (0.0, 7)]
     assert bs.column_sum_steps("47+85=", "", scratchpad=True) == []
     with pytest.raises(RewardError, match="scratchpad task.*add2s"):
         bs.column_sum_steps("47+85=", "231", scratchpad=False)

@@ -131,7 +131,8 @@ def test_to_trl_keeps_shuffle_independent_micro_batches():
      "pairwise_ensemble.*'mean' or 'vote'"),
     ({"advantage_estimator": "process"}, "step_judge='column_sums'.*task='add2' has no scratchpad.*add2s"),
     ({"advantage_estimator": "process", "task": "add2s", "step_judge": "checker"}, "unknown step_judge 'checker'"),
-    ({"advantage_estimator": "hybrid_gae", "hybrid_weight": 1.5}, r"hybrid_weight=1.5: must be a finite number in \[0, 1\]"),
+    ({"advantage_estimator": "hybrid_gae", "hybrid_weight": 1.5},
+     r"hybrid_weight=1.5: must be a finite number in \[0, 1\]"),
     ({"advantage_estimator": "hybrid_gae", "value_lr": 0.0}, "value_lr=0.0: must be a finite number > 0"),
     ({"advantage_estimator": "hybrid_gae", "replay_fraction": 0.25}, "replay_fraction.*per token"),
 ])
