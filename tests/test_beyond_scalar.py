@@ -339,3 +339,19 @@ def test_a_malformed_step_judge_stops_grpo_kit_train_with_one_line(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar: one line
     assert err.startswith("grpo-kit: error: step judge 'steps_past_the_text' on completion 0")
     assert "not a whole number in 1.." in err
+
+
+def test_a_checkpoint_without_the_value_head_is_refused(tmp_path):
+    from grpo_kit.errors import CheckpointError
+    from grpo_kit.train import latest_checkpoint
+
+    cfg = GRPOConfig(steps=1, num_prompts=2, num_generations=2, eval_every=0, eval_size=5, threads=1, device="cpu",
+                     advantage_estimator="hybrid_gae")
+    list(train(cfg, setup(cfg), out_dir=tmp_path))
+    state_file = latest_checkpoint(tmp_path) / "trainer_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    assert set(state["critic"]) == {"head", "optimizer"}
+    del state["critic"]
+    torch.save(state, state_file)
+    with pytest.raises(CheckpointError, match="has no value head.*hybrid_gae"):
+        list(train(cfg.replace(steps=2), setup(cfg.replace(steps=2)), out_dir=tmp_path, resume=True))
