@@ -304,18 +304,36 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     return adv, (adv + values) * m
 
 
+def hybrid_gae_terms(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+                     lam: float = 0.95, scale_rewards: str = "group") -> tuple[torch.Tensor, ...]:
+    """The two terms :func:`hybrid_gae` mixes, and the GAE returns a value head regresses on.
+
+    ``rewards`` (P, G) outcome rewards; ``values`` and ``mask`` (P, G, T). Returns the group
+    advantage broadcast over each completion's tokens, the GAE advantage with the reward on the
+    last token, and the returns A_GAE + V, each (P, G, T) and 0 on padding.
+    """
+    P, G, T = values.shape
+    grp = compute_advantages(rewards, scale_rewards).unsqueeze(-1) * mask.to(values.dtype)  # (P, G, T)
+    tok_r = terminal_rewards(rewards.reshape(P * G), mask.reshape(P * G, T))  # (B, T)
+    g, ret = gae(tok_r, values.reshape(P * G, T), mask.reshape(P * G, T), gamma, lam)  # (B, T) each
+    return grp, g.reshape(P, G, T), ret.reshape(P, G, T)
+
+
 def hybrid_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, w: float = 0.3,
                gamma: float = 1.0, lam: float = 0.95, scale_rewards: str = "group") -> torch.Tensor:
     """w * group advantage + (1 - w) * GAE from a value head, per token (w = 0.3 is a value you will meet in GRPO write-ups).
 
     ``rewards`` (P, G) outcome rewards; ``values`` and ``mask`` (P, G, T) (see ``critic.py``).
     Returns (P, G, T). A zero-variance group keeps its GAE part: the critic still has an opinion.
+
+    The two terms are on different scales: with ``scale_rewards='group'`` the group term is a
+    z-score (unit std within a group), the GAE term is in reward units (with 0/1 rewards and
+    gamma = 1 it lies in [-1, 1] and shrinks as the critic learns). So w is not the share of the
+    signal that comes from the group: that share is about w s_grp / (w s_grp + (1 - w) s_gae)
+    with s the std of each term (the loop logs both, see ``beyond_scalar.py``).
     """
-    P, G, T = values.shape
-    grp = compute_advantages(rewards, scale_rewards).unsqueeze(-1) * mask.to(values.dtype)  # (P, G, T)
-    tok_r = terminal_rewards(rewards.reshape(P * G), mask.reshape(P * G, T))  # (B, T)
-    g, _ = gae(tok_r, values.reshape(P * G, T), mask.reshape(P * G, T), gamma, lam)  # (B, T)
-    return w * grp + (1 - w) * g.reshape(P, G, T)  # (P, G, T)
+    grp, g, _ = hybrid_gae_terms(rewards, values, mask, gamma, lam, scale_rewards)  # (P, G, T) each
+    return w * grp + (1 - w) * g  # (P, G, T)
 
 
 def _topk_mean(rewards: torch.Tensor, k: int) -> torch.Tensor:
@@ -340,7 +358,7 @@ def topk_baseline(rewards: torch.Tensor, k: int = 5) -> torch.Tensor:
 
 ESTIMATORS = ("grpo", "rloo", "rank", "pairwise", "kmeans", "normalize_then_sum", "sum_then_normalize",
               "topk", "topk_minus_own_BROKEN_SIGN", "process", "hybrid_gae")
-TOKEN_LEVEL = ("process", "hybrid_gae")  # per-token advantages: called directly, not through the loop
+TOKEN_LEVEL = ("process", "hybrid_gae")  # per-token advantages: the loop computes them in beyond_scalar.py
 
 
 def estimate_advantages(name: str, rewards: torch.Tensor, *, scale_rewards: str = "group",
@@ -350,7 +368,8 @@ def estimate_advantages(name: str, rewards: torch.Tensor, *, scale_rewards: str 
 
     ``objectives`` (P, G, K) are needed by the multi-objective names, ``preferences`` (P, G, G)
     by ``pairwise``. ``process`` and ``hybrid_gae`` need per-step rewards / a value head and give
-    per-token advantages: call ``process_advantages`` / ``hybrid_gae`` directly.
+    per-token advantages: call ``process_advantages`` / ``hybrid_gae`` directly (the training loop
+    does so in ``beyond_scalar.py``).
     """
     check_rewards(rewards)
     if name == "grpo":
@@ -374,9 +393,10 @@ def estimate_advantages(name: str, rewards: torch.Tensor, *, scale_rewards: str 
         return sum_then_normalize(objectives, weights, scale_rewards)
     if name in TOKEN_LEVEL:
         need = "per-step rewards (process_advantages)" if name == "process" else "a value head (hybrid_gae, critic.py)"
-        raise ConfigError(f"advantage_estimator={name!r} gives per-token advantages and needs {need}, which the "
-                          f"GRPO loop does not produce; call grpo_kit.advantages.{'process_advantages' if name == 'process' else 'hybrid_gae'} "
-                          f"directly, or choose one of {[e for e in ESTIMATORS if e not in TOKEN_LEVEL]}")
+        raise ConfigError(f"advantage_estimator={name!r} gives per-token advantages and needs {need}, not rewards "
+                          f"alone; the training loop computes them (beyond_scalar.py), elsewhere call "
+                          f"grpo_kit.advantages.{'process_advantages' if name == 'process' else 'hybrid_gae'} directly, "
+                          f"or choose one of {[e for e in ESTIMATORS if e not in TOKEN_LEVEL]}")
     raise ConfigError(f"unknown advantage_estimator {name!r}: choose from {list(ESTIMATORS)}")
 
 

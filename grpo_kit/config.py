@@ -27,6 +27,13 @@ def _is_num(v) -> bool:
     return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
+def _is_scratchpad(task: str) -> bool:
+    """Whether a built-in task writes the column sums before its answer (``tasks.ArithmeticTask.scratchpad``)."""
+    from .tasks import TASKS
+
+    return task in TASKS and TASKS[task].scratchpad
+
+
 def _task_names() -> list[str]:
     """Built-in tasks that can be trained and evaluated (see ``tasks.task_names``)."""
     from .tasks import task_names
@@ -68,12 +75,6 @@ def _yaml_size(node, seen: dict) -> int:
     return n
 
 
-# advantage estimators of ``advantages.ESTIMATORS`` that need an input ``train.grpo_step`` does not make
-UNRUNNABLE_ESTIMATORS = {
-    "pairwise": "needs a (P, G, G) preference matrix from a pairwise judge (preferences.py), not scalar rewards",
-    "process": "needs per-step rewards and the token positions of each step (process supervision)",
-    "hybrid_gae": "needs per-token values from a critic (critic.py) and per-token rewards",
-}
 TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
 
 
@@ -127,8 +128,10 @@ class GRPOConfig:
     """Advantage estimator by name (see ``advantages.ESTIMATORS``): 'grpo' uses ``scale_rewards`` (the
     default); 'rloo', 'rank', 'kmeans', 'topk', 'topk_minus_own_BROKEN_SIGN' (wrong sign, for study),
     'normalize_then_sum' / 'sum_then_normalize' (one objective per reward function, ``reward_weights``).
-    'pairwise', 'process', 'hybrid_gae' need inputs the loop does not make (a pairwise judge, per-step
-    rewards, a critic): ``validate()`` refuses them (use their functions in ``advantages`` directly)."""
+    'process' (per-token advantages from ``step_judge``), 'hybrid_gae' (group advantage mixed with GAE
+    from a value head trained in the loop, ``hybrid_weight``) and 'pairwise' (win rates from
+    ``pairwise_judges``) make more than one scalar per completion (``beyond_scalar.py``); the reward
+    functions are still scored and logged with them. TRL has none of these three (``to_trl()`` refuses them)."""
     loss_type: str = "dapo"
     """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers;
     TRL 1.16's 'cispo', 'sapo', 'luspo' and 'vespo' are not implemented and refused by ``validate()``)."""
@@ -154,6 +157,49 @@ class GRPOConfig:
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
     log_kl: bool = True
     """Compute and log KL to the reference even when beta == 0 (one extra forward per step)."""
+
+    # --- beyond one scalar per completion (beyond_scalar.py; advantage_estimator 'process', 'hybrid_gae', 'pairwise')
+    step_judge: str = "column_sums"
+    """``advantage_estimator='process'``: the judge of each completion's steps, a name of
+    ``beyond_scalar.STEP_JUDGES`` or ``"package.module:function"`` with the signature
+    ``judge(prompt, text, **columns) -> [(score, end), ...]`` (the completion's text second, the item's
+    columns as keywords): one finite score per step and the character offset in ``text`` just past
+    the step (increasing); the loop maps each end to the completion token it falls in, z-scores the
+    scores over the group's steps and gives token t the sum of the scores of the steps ending at or
+    after it. 'column_sums' (the default) reads the scratchpad task ``add2s``: each column sum is a
+    step (1 right, 0 wrong), the answer after ``|`` the last one. A malformed answer is a RewardError."""
+    hybrid_weight: float = 0.3
+    """``advantage_estimator='hybrid_gae'``: w in A = w * group advantage + (1 - w) * GAE, in [0, 1]
+    (0.3 is a value you will meet in GRPO write-ups). The terms have different scales: with
+    ``scale_rewards='group'`` the group term is a z-score (unit std in any group with signal), with
+    'none' (the default) it is r - mean(r), in reward units; the GAE term is in reward units and
+    shrinks as the value head learns to predict the reward. So w is not the share of the advantage
+    that comes from the group term; the loop logs that share as
+    ``advantages/group_share`` = w s_grp / (w s_grp + (1 - w) s_gae), with the two stds
+    ``advantages/group_std`` and ``advantages/gae_std``."""
+    gae_gamma: float = 1.0
+    """``hybrid_gae``: the discount gamma of GAE over completion tokens, in [0, 1] (1: no discount, as for LMs)."""
+    gae_lambda: float = 0.95
+    """``hybrid_gae``: GAE's lambda in [0, 1] (0: one-step TD, trusts the value head; 1: Monte-Carlo return)."""
+    value_lr: float = 1e-3
+    """``hybrid_gae``: learning rate of the value head's own AdamW (constant; one update per step on
+    the GAE returns, logged as ``value/loss``). The head and its optimizer are saved in checkpoints."""
+    pairwise_judges: list = field(default_factory=list)
+    """``advantage_estimator='pairwise'``: the judges that build each step's (P, G, G) preference
+    matrix, each pair asked in both orders and averaged (a position bias cancels). Entries:
+    'correctness' or 'closeness' (rules of ``preferences.py``), ``"learned:PATH"`` (a learned judge's
+    scalar reward function), ``"reward:NAME"`` (any ``reward_funcs`` entry as a scalar judge), or
+    ``"package.module:function"`` (a rule ``rule(prompt, a, b, **columns) -> v``, v in [-1, 1]:
+    +1 a wins, -1 b wins, 0 a tie, soft labels between; a probability q that a wins is 2q - 1).
+    Empty (the default) with any other estimator."""
+    pairwise_weights: list[float] | None = None
+    """One non-negative weight per pairwise judge for the ensemble; None means all 1."""
+    pairwise_ensemble: str = "mean"
+    """How several pairwise judges combine: 'mean' (weighted mean of their matrices, soft labels) or
+    'vote' (weighted majority of their signs, ties 0); see ``preferences.ensemble_preferences``."""
+    pairwise_temperature: float | None = None
+    """Scalar pairwise judges (``learned:``, ``reward:``): None compares scores by sign (hard labels,
+    equal scores tie); a temperature T > 0 gives soft Bradley-Terry labels tanh((s_i - s_j) / (2T))."""
 
     # --- optimisation
     learning_rate: float = 3e-4
@@ -338,9 +384,7 @@ class GRPOConfig:
         from .advantages import ESTIMATORS
 
         choice("advantage_estimator", tuple(ESTIMATORS))
-        need(self.advantage_estimator not in UNRUNNABLE_ESTIMATORS, "advantage_estimator",
-             UNRUNNABLE_ESTIMATORS.get(self.advantage_estimator, "") + "; the training loop cannot feed it. Choose "
-             + ", ".join(repr(e) for e in ESTIMATORS if e not in UNRUNNABLE_ESTIMATORS))
+        self._validate_beyond_scalar(need, number)
         choice("kl_estimator", ("k1", "k2", "k3"))
         number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
         need(self.loss_type not in TRL_ONLY_LOSS_TYPES, "loss_type",
@@ -400,6 +444,43 @@ class GRPOConfig:
              f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
              f"samples out); use 'zero' or 'raise'")
         return self
+
+    def _validate_beyond_scalar(self, need, number) -> None:
+        """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
+        from .beyond_scalar import STEP_JUDGES, resolve_pairwise_judge, resolve_step_judge
+
+        est = self.advantage_estimator
+        for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
+            number(name, "in [0, 1]", lambda v: 0 <= v <= 1)
+        number("value_lr", "> 0", lambda v: v > 0)
+        number("pairwise_temperature", "> 0", lambda v: v > 0, optional=True)
+        need(self.pairwise_ensemble in ("mean", "vote"), "pairwise_ensemble", "choose 'mean' or 'vote'")
+        need((isinstance(self.step_judge, str) and self.step_judge) or callable(self.step_judge), "step_judge",
+             f"must be a name of {sorted(STEP_JUDGES)} or 'package.module:function'")
+        if est == "process":
+            resolve_step_judge(self.step_judge)  # ConfigError naming it: unknown name, failed import
+            need(self.step_judge != "column_sums" or self.dataset is not None or self.task_schedule is not None
+                 or _is_scratchpad(self.task), "step_judge",
+                 f"'column_sums' reads the scratchpad task's column sums, and task={self.task!r} has no scratchpad; "
+                 f"use task: add2s, or a step judge for your completions ('package.module:function')")
+        judges_ = self.pairwise_judges
+        need(isinstance(judges_, list) and all((isinstance(j, str) and j) or callable(j) for j in judges_),
+             "pairwise_judges", "must be a list of judges: 'correctness', 'closeness', 'learned:PATH', "
+                                "'reward:NAME' or 'package.module:function'")
+        need(est == "pairwise" or not judges_, "pairwise_judges",
+             f"is set but advantage_estimator={est!r} does not use it; set advantage_estimator: pairwise, "
+             f"or remove pairwise_judges")
+        need(est != "pairwise" or judges_, "pairwise_judges",
+             "is empty; advantage_estimator='pairwise' needs at least one judge, e.g. [correctness]")
+        for j in judges_ if est == "pairwise" else ():
+            resolve_pairwise_judge(j, self.pairwise_temperature)  # ConfigError naming the entry
+        w = self.pairwise_weights
+        need(w is None or (isinstance(w, list) and len(w) == len(judges_) and all(_is_num(x) and x >= 0 for x in w)
+                           and sum(w) > 0), "pairwise_weights",
+             f"needs one finite weight >= 0 per pairwise judge ({len(judges_)}), with a positive sum (or None)")
+        need(self.replay_fraction == 0 or est not in ("process", "hybrid_gae"), "replay_fraction",
+             f"replays stored per-completion advantages, and advantage_estimator={est!r} makes them per token; "
+             f"set replay_fraction: 0")
 
     # --- serialisation
     def to_dict(self) -> dict:

@@ -33,7 +33,7 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, Tp+Tc)
     attn = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (B, Tp+Tc)
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                use_cache=False, output_hidden_states=True)
+                use_cache=False, output_hidden_states=True, logits_to_keep=1)  # no (B, T, V) logits
     return out.hidden_states[-1][:, Tp - 1:-1, :]  # (B, Tc, H)
 
 
@@ -46,3 +46,37 @@ def value_loss(v: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> to
     """Masked mean squared error between values and (detached) returns, all (B, T) -> (). 0 if no tokens."""
     m = mask.to(v.dtype)  # (B, T)
     return (((v - returns.detach()) ** 2) * m).sum() / m.sum().clamp(min=1)
+
+
+def rollout_hidden(model, rollouts, slices, ctx) -> torch.Tensor:
+    """``completion_hidden`` of every rollout row, micro-batch by micro-batch, without gradients: (B, Tc, H).
+
+    The values of a step come from the policy as it sampled (before its update) and never carry
+    gradient into the policy: the value head learns on these detached states alone.
+    """
+    out = []
+    for s in slices:
+        with ctx, torch.inference_mode():
+            h = completion_hidden(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
+                                  rollouts.completion_ids[s], rollouts.completion_mask[s])  # (b, Tc, H)
+        out.append(h.float().clone())  # out of inference mode, so the head can train on it
+    return torch.cat(out)  # (B, Tc, H)
+
+
+def fit_value_head(head: nn.Linear, optimizer: torch.optim.Optimizer, hidden: torch.Tensor,
+                   returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """One optimizer step of ``value_loss`` on (detached) hidden (B, T, H) and returns (B, T); the loss before it."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = value_loss(values(head, hidden, mask), returns, mask)  # ()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def explained_variance(v: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(R - V) / Var(R) over the masked tokens (PPO's diagnostic): 1 a perfect critic, 0 one that
+    predicts the mean, below 0 worse than the mean; NaN when the returns do not vary."""
+    m = mask.bool()  # (B, T)
+    r, err = returns[m].double(), (returns - v)[m].double()  # (N,) each
+    var = r.var(unbiased=False) if r.numel() else r.new_zeros(())
+    return float(1 - err.var(unbiased=False) / var) if var > 0 else float("nan")

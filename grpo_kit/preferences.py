@@ -20,7 +20,8 @@ Builders:
 - :func:`preferences_from_judge`: run any scalar judge (a reward function) and do the above.
 - :func:`preferences_from_rule`: a rule ``rule(prompt, a, b, **columns) -> float`` that compares
   two completions directly; asked in both orders by default, so a position-biased rule gives a
-  contradictory matrix (an error), or ``orders="average"`` to cancel the bias (MT-Bench's swap).
+  contradictory matrix (an error), or ``orders="average"`` to cancel the bias (MT-Bench's swap);
+  :func:`rule_verdicts` and :func:`average_orders` are its two halves, and give the bias too.
   Shipped rules: :func:`correctness_rule` (right beats wrong, else a tie) and
   :func:`closeness_rule` (a finer judge: the numerically closer answer wins).
 - :func:`ensemble_preferences`: weighted mean or majority vote over K judges' matrices, with
@@ -216,6 +217,52 @@ def _ask(rule: Rule, prompt: str, a: str, b: str, ctx: dict, p: int, i: int, j: 
     return v
 
 
+def _check_groups(prompts, groups, columns: dict) -> int:
+    """G, after checking one group and one value per column per prompt, all groups of one size."""
+    P = len(prompts)
+    if len(groups) != P or any(len(v) != P for v in columns.values()):
+        raise PreferenceError(f"{P} prompts, {len(groups)} groups and column lengths "
+                              f"{ {k: len(v) for k, v in columns.items()} }: give one of each per prompt")
+    sizes = {len(g) for g in groups}
+    if len(sizes) > 1:
+        raise PreferenceError(f"groups have different sizes {sorted(sizes)}; every group needs the same G")
+    return sizes.pop() if sizes else 0
+
+
+def rule_verdicts(rule: Rule, prompts: Sequence[str], groups: Sequence[Sequence[str]],
+                  columns: dict[str, Sequence] | None = None, orders: str = "both") -> torch.Tensor:
+    """The raw verdicts ``V[p, i, j] = rule(prompt_p, g_i, g_j)`` (P, G, G), float64, diagonal 0.
+
+    ``orders="both"`` asks every ordered pair (i, j) and (j, i); ``"one"`` asks i < j only and
+    mirrors the answer (``V[p, j, i] = -V[p, i, j]``). The rule is checked on every answer
+    (a number in [-1, 1]); ``V`` itself need not be antisymmetric: see :func:`average_orders`.
+    """
+    columns = dict(columns or {})
+    P, G = len(prompts), _check_groups(prompts, groups, columns)
+    v = torch.zeros(P, G, G, dtype=torch.float64)  # (P, G, G)
+    for p in range(P):
+        ctx = {k: c[p] for k, c in columns.items()}
+        g = groups[p]
+        for i in range(G):
+            for j in range(i + 1, G):
+                v[p, i, j] = _ask(rule, prompts[p], g[i], g[j], ctx, p, i, j)
+                v[p, j, i] = -v[p, i, j] if orders == "one" else _ask(rule, prompts[p], g[j], g[i], ctx, p, j, i)
+    return v
+
+
+def average_orders(verdicts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both orders of each pair, combined: ``M = (V - V^T) / 2`` and the position bias ``(V + V^T) / 2``.
+
+    ``V[i, j]`` is the verdict with i shown first, ``V[j, i]`` with j first. A judge without a
+    position bias answers ``V[j, i] = -V[i, j]``; one that adds b to whichever completion it
+    sees first answers ``V[i, j] = m + b`` and ``V[j, i] = -m + b``, so M = m (the bias cancels:
+    MT-Bench's swap) and the bias matrix holds b. In probabilities q = (v + 1) / 2 this is
+    ``q_ij = (q(i first) + 1 - q(j first)) / 2``. (..., G, G) -> two (..., G, G) tensors.
+    """
+    vt = verdicts.transpose(-1, -2)  # (..., G, G)
+    return (verdicts - vt) / 2, (verdicts + vt) / 2
+
+
 def preferences_from_rule(rule: Rule, prompts: Sequence[str], groups: Sequence[Sequence[str]],
                           columns: dict[str, Sequence] | None = None, orders: str = "both",
                           atol: float = ATOL, cycles: str = "warn") -> torch.Tensor:
@@ -224,30 +271,12 @@ def preferences_from_rule(rule: Rule, prompts: Sequence[str], groups: Sequence[S
 
     ``orders``: ``"both"`` asks (a, b) and (b, a) and requires opposite answers (a contradiction
     raises :class:`PreferenceError` naming the pair); ``"average"`` uses (v_ab - v_ba) / 2, which
-    cancels a position bias; ``"one"`` asks once and mirrors the answer.
+    cancels a position bias (:func:`average_orders`); ``"one"`` asks once and mirrors the answer.
     """
     if orders not in ("both", "average", "one"):
         raise PreferenceError(f"orders={orders!r}: choose 'both', 'average' or 'one'")
-    columns = dict(columns or {})
-    P = len(prompts)
-    if len(groups) != P or any(len(v) != P for v in columns.values()):
-        raise PreferenceError(f"{P} prompts, {len(groups)} groups and column lengths "
-                              f"{ {k: len(v) for k, v in columns.items()} }: give one of each per prompt")
-    sizes = {len(g) for g in groups}
-    if len(sizes) > 1:
-        raise PreferenceError(f"groups have different sizes {sorted(sizes)}; every group needs the same G")
-    G = sizes.pop() if sizes else 0
-    m = torch.zeros(P, G, G, dtype=torch.float64)  # (P, G, G)
-    for p in range(P):
-        ctx = {k: v[p] for k, v in columns.items()}
-        g = groups[p]
-        for i in range(G):
-            for j in range(i + 1, G):
-                v_ij = _ask(rule, prompts[p], g[i], g[j], ctx, p, i, j)
-                v_ji = -v_ij if orders == "one" else _ask(rule, prompts[p], g[j], g[i], ctx, p, j, i)
-                if orders == "average":
-                    v_ij, v_ji = (v_ij - v_ji) / 2, (v_ji - v_ij) / 2
-                m[p, i, j], m[p, j, i] = v_ij, v_ji
+    v = rule_verdicts(rule, prompts, groups, columns, "one" if orders == "one" else "both")  # (P, G, G)
+    m = average_orders(v)[0] if orders == "average" else v  # (P, G, G)
     return check_preferences(m, atol, cycles)
 
 

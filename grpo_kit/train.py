@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import dynamic, replay, schedules
+from . import beyond_scalar, dynamic, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
@@ -64,6 +64,10 @@ class Run:
     steer: object = None  # [steer] schedules.SteerState: adaptive G, curriculum stage, spend, replay buffer
     gold_funcs: list[Callable] = field(default_factory=list)  # cfg.gold_reward_funcs: logged, never trained on
     findings: list = field(default_factory=list)  # diagnostics.Finding, each kind once, found while training
+    step_judge: Callable | None = None  # advantage_estimator='process': cfg.step_judge resolved
+    critic: torch.nn.Module | None = None  # advantage_estimator='hybrid_gae': the value head (critic.py)
+    critic_optimizer: torch.optim.Optimizer | None = None  # its own AdamW (cfg.value_lr)
+    pairwise_judges: list = field(default_factory=list)  # advantage_estimator='pairwise': beyond_scalar.PairwiseJudge
 
 
 def pick_device(name: str) -> torch.device:
@@ -138,9 +142,11 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
                                    "eval_items")
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
     sample_device = next(policy.parameters()).device  # torch.multinomial draws where the logits are
-    return Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
-               torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1),
-               gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
+    run = Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
+              torch.Generator().manual_seed(cfg.seed), torch.Generator(sample_device).manual_seed(cfg.seed + 1),
+              gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
+    beyond_scalar.setup(run, cfg)  # the step judge, value head or pairwise judges of its estimator
+    return run
 
 
 def grpo_step(run: Run) -> dict:
@@ -158,10 +164,12 @@ def grpo_step(run: Run) -> dict:
     reward_log = RewardLog()  # what reward functions log through TRL's log_metric / log_extra
     _items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
         run, cfg, plan.items, plan.reward_funcs, P, reward_log, trainer_state(run))  # rewards, bad (P, G); per_func (P*G, K)
-    sample_mask = None
+    sample_mask, estimator_metrics = None, {}
     if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
         adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
         sample_mask = ~bad
+    elif cfg.advantage_estimator in beyond_scalar.ONLINE:  # step judge, value head or pairwise judges
+        adv, estimator_metrics = beyond_scalar.step_advantages(run, cfg, _items, rollouts, rewards)  # (P, G[, Tc])
     else:
         adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
                                   objectives=per_func.view(P, G, -1),
@@ -188,11 +196,13 @@ def grpo_step(run: Run) -> dict:
     metrics.update(gold)
     if correct is None:
         correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
-    metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, fresh_adv.reshape(-1), correct))  # fresh rows
+    per_sample = beyond_scalar.per_completion(fresh_adv, fresh.completion_mask)  # (P, G): token advantages averaged
+    metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, per_sample.reshape(-1), correct))  # fresh rows
     metrics["completions/distinct_frac"] = distinct_frac(fresh.completions, G)
     metrics["advantages/max_abs"] = fresh_adv.abs().max().item()
-    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, fresh_adv)  # first group, text
+    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, per_sample)  # first group, text
     metrics.update(extra)
+    metrics.update(estimator_metrics)
     metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
     schedules.end_step(run, plan, metrics, info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
     metrics["step"] = run.step
@@ -505,6 +515,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
             "device": run.sample_gen.device.type,
             "steer": schedules.state(run).state_dict(),  # [steer] adaptive G, curriculum stage, spend, replay buffer
         }
+        state.update(beyond_scalar.state_dict(run))  # the value head and its optimizer, with hybrid_gae
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         writing = tmp / STATE_FILE
@@ -613,6 +624,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         if state.get("steer") is not None:  # [steer]
             schedules.state(run).load_state_dict(state["steer"])
+        beyond_scalar.load_state_dict(run, state, path)
     except (RuntimeError, ValueError, TypeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise

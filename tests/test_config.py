@@ -121,22 +121,44 @@ def test_to_trl_keeps_shuffle_independent_micro_batches():
     assert GRPOConfig(loss_type="bnpo", entropy_coef=0.1).to_trl()["per_device_train_batch_size"] == 128
 
 
-@pytest.mark.parametrize("name,reason", [("pairwise", "preference matrix"), ("process", "per-step rewards"),
-                                         ("hybrid_gae", "critic")])
-def test_validate_refuses_estimators_the_loop_cannot_feed(name, reason):
-    with pytest.raises(ConfigError, match=f"advantage_estimator='{name}'.*{reason}.*loop cannot feed"):
-        GRPOConfig(advantage_estimator=name).validate()
+@pytest.mark.parametrize("changes,message", [
+    ({"advantage_estimator": "pairwise"}, r"pairwise_judges=\[\]: is empty; advantage_estimator='pairwise' needs"),
+    ({"pairwise_judges": ["correctness"]}, "pairwise_judges.*is set but advantage_estimator='grpo' does not use it"),
+    ({"advantage_estimator": "pairwise", "pairwise_judges": ["fairness"]}, "unknown pairwise judge 'fairness'"),
+    ({"advantage_estimator": "pairwise", "pairwise_judges": ["correctness"], "pairwise_weights": [1.0, 2.0]},
+     "pairwise_weights.*one finite weight >= 0 per pairwise judge \\(1\\)"),
+    ({"advantage_estimator": "pairwise", "pairwise_judges": ["correctness"], "pairwise_ensemble": "median"},
+     "pairwise_ensemble.*'mean' or 'vote'"),
+    ({"advantage_estimator": "process"}, "step_judge='column_sums'.*task='add2' has no scratchpad.*add2s"),
+    ({"advantage_estimator": "process", "task": "add2s", "step_judge": "checker"}, "unknown step_judge 'checker'"),
+    ({"advantage_estimator": "hybrid_gae", "hybrid_weight": 1.5},
+     r"hybrid_weight=1.5: must be a finite number in \[0, 1\]"),
+    ({"advantage_estimator": "hybrid_gae", "value_lr": 0.0}, "value_lr=0.0: must be a finite number > 0"),
+    ({"advantage_estimator": "hybrid_gae", "replay_fraction": 0.25}, "replay_fraction.*per token"),
+])
+def test_validate_checks_the_fields_of_the_estimators_beyond_one_scalar(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        GRPOConfig(**changes).validate()
 
 
-def test_every_other_estimator_runs_in_the_loop():
+@pytest.mark.parametrize("changes", [{"advantage_estimator": "pairwise", "pairwise_judges": ["correctness"]},
+                                     {"advantage_estimator": "process", "task": "add2s"},
+                                     {"advantage_estimator": "hybrid_gae"}])
+def test_estimators_beyond_one_scalar_validate_and_are_refused_by_to_trl(changes):
+    cfg = GRPOConfig(**changes).validate()
+    with pytest.raises(ConfigError, match="TRL has no such estimator"):
+        cfg.to_trl()
+
+
+def test_every_scalar_estimator_runs_in_the_loop():
     import torch
 
     from grpo_kit.advantages import ESTIMATORS, estimate_advantages
-    from grpo_kit.config import UNRUNNABLE_ESTIMATORS
+    from grpo_kit.beyond_scalar import ONLINE
 
     r = torch.tensor([[1.0, 0.0, 0.5, 1.0], [0.0, 0.0, 1.0, 0.25]])  # (P, G)
     for name in ESTIMATORS:
-        if name in UNRUNNABLE_ESTIMATORS:
+        if name in ONLINE:  # their inputs come from beyond_scalar.py (tests/test_beyond_scalar.py)
             continue
         GRPOConfig(advantage_estimator=name, reward_error_policy="raise").validate()
         adv = estimate_advantages(name, r, objectives=torch.stack([r, 1 - r], -1))  # what grpo_step passes
