@@ -98,6 +98,12 @@ class GRPOConfig:
     """Reward functions scored on the same completions every step and logged (``gold_reward``) beside the
     training reward, never used for the advantages: a second opinion that shows reward hacking
     (the training reward climbs while the gold one does not; see ``diagnostics.py``). Empty = none."""
+    chat_template: str = "auto"
+    """How text prompts reach the model: 'auto' wraps each one as a user message and renders it with the
+    tokenizer's chat template (``apply_chat_template(..., add_generation_prompt=True)``, as TRL renders a
+    conversational prompt) when the tokenizer has one (``tokenizer.chat_template``), else sends the text
+    as is; 'on' requires a template (a ConfigError at setup when the tokenizer has none); 'off' always
+    sends the text as is. Prompts given as conversations always go through the template."""
     seed: int = 0
     """Seeds prompt order, sampling and initialisation; a run is deterministic per seed on one machine."""
 
@@ -299,6 +305,12 @@ class GRPOConfig:
         need(isinstance(self.task, str) and self.task in _task_names(), "task", f"choose one of {_task_names()}")
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
+        from .tasks import TASKS
+
+        need(self.task in TASKS or self.dataset is not None or self.task_schedule is not None, "task",
+             f"ships only a held-out split (datasets/{self.task}_test.jsonl), no training items: give a training "
+             f"file in dataset (e.g. datasets/{self.task}_sample.jsonl) or choose a task of {sorted(TASKS)}")
+        choice("chat_template", ("auto", "on", "off"))
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
