@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--run", required=True)
     x.add_argument("--to", required=True)
     x.add_argument("--overwrite", action="store_true", help="replace what is already in --to")
+    v = sub.add_parser("export-verl", help="print the verl command (Hydra overrides) for the same run as a config")
+    v.add_argument("--config", required=True)
+    v.add_argument("--data-out", default=None,
+                   help="folder to write train.parquet / val.parquet in verl's layout (the config's items)")
+    v.add_argument("--max-prompt-length", type=_positive_int, default=512, help="prompt tokens verl reserves")
+    v.add_argument("--rollout", default="vllm", help="verl's rollout engine (actor_rollout_ref.rollout.name)")
     g = sub.add_parser("pregen", help="sample K responses per prompt, judge every pair, write preference groups")
     g.add_argument("--model", default="tiny")
     g.add_argument("--task", default="add2")
@@ -313,6 +319,31 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_export_verl(args) -> int:
+    """Print ``python3 -m verl.trainer.main_ppo`` with ``cfg.to_verl()``; with ``--data-out`` write the data too."""
+    from .config import GRPOConfig
+    from .engines.verl_export import verl_command, verl_rows
+
+    cfg = GRPOConfig.from_yaml(args.config)
+    overrides = cfg.to_verl(max_prompt_length=args.max_prompt_length, rollout=args.rollout)
+    files = {}
+    if args.data_out:
+        from datasets import Dataset, disable_progress_bars
+
+        from .runfolder import check_path
+        from .tasks import get_task, heldout_split, load_items
+
+        disable_progress_bars()
+        out = check_path(args.data_out, "--data-out")
+        out.mkdir(parents=True, exist_ok=True)
+        train = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+        for name, items in (("train", train), ("val", heldout_split(cfg.task)[:cfg.eval_size])):
+            files[name] = str((out / f"{name}.parquet").resolve())
+            Dataset.from_list(verl_rows(items)).to_parquet(files[name])
+    print(verl_command(overrides, files.get("train", "TRAIN.parquet"), files.get("val", "VAL.parquet")))
+    return 0
+
+
 def cmd_pregen(args) -> int:
     import random
 
@@ -343,7 +374,7 @@ def cmd_make_base(args) -> int:
 
 
 COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "pregen": cmd_pregen,
-            "make-base": cmd_make_base}
+            "make-base": cmd_make_base, "export-verl": cmd_export_verl}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,9 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base "
+            raise UsageError("no command given: use one of demo, train, eval, export, export-verl, pregen, make-base "
                              "(see grpo-kit --help)")
-        for name in ("out", "to", "config", "dataset", "model", "run"):
+        for name in ("out", "to", "config", "dataset", "model", "run", "data_out"):
             if isinstance(getattr(args, name, None), str):
                 from .runfolder import check_path
                 check_path(getattr(args, name), f"--{name}")
