@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -114,6 +115,11 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
     if engine == "trl" and resume:
         raise UsageError("--resume works with the kit's engine only (TRL's checkpoints are another format); "
                          "start a new --out folder")
+    if engine == "trl" and not main_process():  # under accelerate launch: process 0 owns the run folder
+        from .engines.trl_engine import train_with_trl
+
+        train_with_trl(cfg, out, overrides=trl_args, quiet=True)
+        return None, None
     if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
         check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
     with RunLock(out):
@@ -144,6 +150,12 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
         summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
                                  quiet)
     return run, summary
+
+
+def main_process() -> bool:
+    """False in the processes other than the first of a distributed launch (``RANK`` > 0, which
+    ``accelerate launch`` / torchrun set): they train but leave the run folder to process 0."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")
 
 
 def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int, wall: float, stopped_by,
@@ -232,6 +244,8 @@ def cmd_train(args) -> int:
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
     _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
                               trl_args=trl_args)
+    if summary is None:  # not process 0 of a distributed launch: process 0 reports
+        return 0
     if summary["steps"] < cfg.steps:
         return _stopped_early(summary, cfg, args.out)
     acc = (f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%}"

@@ -8,8 +8,11 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.diagnostics import diagnose, read_history
+from grpo_kit.engines import trl_engine
 from grpo_kit.engines.trl_engine import (
+    KitHistory,
     check_trl_engine,
+    ensure_pad_token,
     kit_metrics,
     parse_trl_overrides,
     trl_config,
@@ -87,3 +90,74 @@ def test_cli_refuses_trl_arguments_without_the_trl_engine(tmp_path, capsys):
     assert "--trl-arg needs --engine trl" in capsys.readouterr().err
     assert main(["train", "--engine", "trl", "--resume", "--config", str(cfg), "--out", str(tmp_path / "r2")]) == 2
     assert "--resume works with the kit's engine only" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_pad_token_pads_with_eos():
+    from grpo_kit.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.pad_token = None
+    assert ensure_pad_token(tok).pad_token == "<eos>" and tok.pad_token_id == tok.eos_token_id
+
+
+def test_other_processes_of_a_launch_leave_the_run_folder_to_process_0(tmp_path, monkeypatch, capsys):
+    """Under accelerate launch (RANK set per process), process 1 trains but writes no run-folder file."""
+    calls = []
+
+    def fake_train(cfg, out_dir, overrides=None, quiet=True):
+        calls.append((out_dir, overrides))
+        return KitHistory(cfg, None, [], None)
+
+    monkeypatch.setattr(trl_engine, "train_with_trl", fake_train)
+    monkeypatch.setenv("RANK", "1")
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(steps=2).to_yaml(cfg)
+    out = tmp_path / "run"
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(out),
+                 "--trl-arg", "use_vllm=false"]) == 0
+    assert calls == [(out, {"use_vllm": False})]
+    assert not out.exists() and capsys.readouterr().out == ""
+
+
+def graduation_commands() -> list[list[str]]:
+    """The command lines of the README's "Graduating to many GPUs" section, split as a shell would."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("## Graduating to many GPUs", 1)[1].split("\n## ", 1)[0]
+    lines = [line for block in section.split("```")[1::2] for line in block.splitlines()
+             if line.strip() and not line.startswith("#")]
+    return [[w for w in shlex.split(line) if not w.startswith("CUDA_VISIBLE_DEVICES=")] for line in lines]
+
+
+def test_the_readme_commands_parse_with_accelerate_and_trl():
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+    from trl.scripts.vllm_serve import make_parser
+
+    commands = graduation_commands()
+    assert len(commands) == 5
+    launches = [c for c in commands if c[:2] == ["accelerate", "launch"]]
+    assert len(launches) == 4
+    for words in launches:
+        a = launch_command_parser().parse_args(words[2:])
+        assert a.module and a.training_script == "grpo_kit.cli"
+        cfg_file = load_config_from_file(a.config_file)
+        assert cfg_file.distributed_type == "DEEPSPEED" and cfg_file.deepspeed_config["zero_stage"] in (2, 3)
+        rest = a.training_script_args
+        assert rest[:3] == ["train", "--engine", "trl"]
+        pairs = [rest[i + 1] for i, w in enumerate(rest) if w == "--trl-arg"]
+        parse_trl_overrides(pairs, GRPOConfig())  # every --trl-arg is a trl.GRPOConfig field to_trl leaves free
+    serve = next(c for c in commands if c[:2] == ["trl", "vllm-serve"])
+    (script_args,) = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:])
+    assert script_args.model == "Qwen/Qwen2.5-0.5B-Instruct" and script_args.port == 8000  # the server URL above
+
+
+def test_several_processes_measure_no_accuracy(caplog):
+    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded)."""
+    from types import SimpleNamespace
+
+    h = KitHistory(GRPOConfig(), None, [{"prompt": "1+1=", "answer": "2"}], None)
+    h.on_train_begin(SimpleNamespace(world_size=2), None, None, model=None)
+    assert h.evals == [] and "not measured" in caplog.text

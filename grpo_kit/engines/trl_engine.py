@@ -187,13 +187,20 @@ class KitHistory(TrainerCallback):
             append_line(self.path, json.dumps(m, default=str))
 
 
+def ensure_pad_token(tokenizer):
+    """Give a tokenizer without a pad token its EOS as one (as TRL does): prompts are padded in batches."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def trl_config(cfg: GRPOConfig, out_dir: str | Path, overrides: dict | None = None, quiet: bool = True):
     """``trl.GRPOConfig(**cfg.to_trl(), ...)`` with logging every update, no TRL checkpoints or trackers,
     and the user's ``overrides`` (see :func:`parse_trl_overrides`)."""
     import trl
 
     kw = cfg.to_trl()
-    kw.update(output_dir=str(Path(out_dir) / "trl"), logging_steps=1, logging_strategy="steps", report_to="none",
+    kw.update(output_dir=str(out_dir), logging_steps=1, logging_strategy="steps", report_to="none",
               save_strategy="no", disable_tqdm=quiet, log_completions=False, dataloader_num_workers=0)
     kw.update(overrides or {})
     return trl.GRPOConfig(**kw)
@@ -204,11 +211,19 @@ def train_with_trl(cfg: GRPOConfig, out_dir: str | Path | None = None, policy=No
     """Train ``cfg`` with TRL's ``GRPOTrainer``; returns the :class:`KitHistory` (history, evals).
 
     ``policy``/``tokenizer`` default to ``tiny.load_model(cfg.model)``. With ``out_dir`` the history is
-    written to ``out_dir/history.jsonl`` step by step and the trained model and tokenizer to
-    ``out_dir/model`` (``from_pretrained`` loads it); TRL's own output folder is ``out_dir/trl``.
+    written to ``out_dir/history.jsonl`` step by step (by process 0) and the trained model and tokenizer
+    to ``out_dir/model`` (``from_pretrained`` loads it).
     """
     import tempfile
 
+    cfg.validate()
+    check_trl_engine(cfg)
+    with tempfile.TemporaryDirectory(prefix="grpo-kit-trl-") as scratch:  # TRL's output_dir: it saves nothing there
+        return _train(cfg, trl_config(cfg, scratch, overrides, quiet), out_dir, policy, tokenizer, quiet)
+
+
+def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> KitHistory:
+    """The body of :func:`train_with_trl`, with TRL's arguments ``args`` built."""
     import torch
     import trl
 
@@ -218,17 +233,12 @@ def train_with_trl(cfg: GRPOConfig, out_dir: str | Path | None = None, policy=No
     from ..tiny import load_model
     from ..train import capped_threads, run_items
 
-    cfg.validate()
-    check_trl_engine(cfg)
-    args_out = out_dir if out_dir is not None else tempfile.mkdtemp(prefix="grpo-kit-trl-")
-    args = trl_config(cfg, args_out, overrides, quiet)
     if cfg.threads:
         torch.set_num_threads(capped_threads(cfg.threads))
     torch.manual_seed(cfg.seed)
     if policy is None:
         policy, tokenizer = load_model(cfg.model)
-    if tokenizer.pad_token is None:  # TRL pads batches of prompts
-        tokenizer.pad_token = tokenizer.eos_token
+    ensure_pad_token(tokenizer)
     train_items, eval_items = run_items(cfg, policy, tokenizer)
     history = KitHistory(cfg, tokenizer, eval_items, out_dir)
     trainer = trl.GRPOTrainer(model=policy, reward_funcs=get_reward_funcs(cfg.reward_funcs), args=args,
