@@ -134,8 +134,10 @@ class KitHistory(TrainerCallback):
     ``plotting`` and ``diagnostics`` read them unchanged.
     """
 
-    def __init__(self, cfg: GRPOConfig, tokenizer, eval_items: list[dict], out_dir: str | Path | None = None):
-        self.cfg, self.tokenizer, self.eval_items = cfg, tokenizer, eval_items
+    def __init__(self, cfg: GRPOConfig, tokenizer, eval_items: list[dict], out_dir: str | Path | None = None,
+                 quiet: bool = True):
+        self.cfg, self.tokenizer, self.eval_items, self.quiet = cfg, tokenizer, eval_items, quiet
+        self.bar = None
         self.path = Path(out_dir) / "history.jsonl" if out_dir is not None else None
         self.history: list[dict] = []
         self.evals: list[tuple[int, float]] = []
@@ -154,6 +156,10 @@ class KitHistory(TrainerCallback):
         return acc
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if not self.quiet and state.is_world_process_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.cfg.steps, desc="GRPO (TRL)", unit="step", mininterval=0.5)
         if self._single(args) and self.eval_items:
             self._evaluate(model, 0)
         elif not self._single(args):
@@ -185,6 +191,13 @@ class KitHistory(TrainerCallback):
             from ..runfolder import append_line
 
             append_line(self.path, json.dumps(m, default=str))
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(reward=f"{m.get('reward', float('nan')):.2f}", refresh=False)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
 
 
 def ensure_pad_token(tokenizer):
@@ -194,14 +207,14 @@ def ensure_pad_token(tokenizer):
     return tokenizer
 
 
-def trl_config(cfg: GRPOConfig, out_dir: str | Path, overrides: dict | None = None, quiet: bool = True):
+def trl_config(cfg: GRPOConfig, out_dir: str | Path, overrides: dict | None = None):
     """``trl.GRPOConfig(**cfg.to_trl(), ...)`` with logging every update, no TRL checkpoints or trackers,
     and the user's ``overrides`` (see :func:`parse_trl_overrides`)."""
     import trl
 
     kw = cfg.to_trl()
     kw.update(output_dir=str(out_dir), logging_steps=1, logging_strategy="steps", report_to="none",
-              save_strategy="no", disable_tqdm=quiet, log_completions=False, dataloader_num_workers=0)
+              save_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0)
     kw.update(overrides or {})
     return trl.GRPOConfig(**kw)
 
@@ -219,7 +232,7 @@ def train_with_trl(cfg: GRPOConfig, out_dir: str | Path | None = None, policy=No
     cfg.validate()
     check_trl_engine(cfg)
     with tempfile.TemporaryDirectory(prefix="grpo-kit-trl-") as scratch:  # TRL's output_dir: it saves nothing there
-        return _train(cfg, trl_config(cfg, scratch, overrides, quiet), out_dir, policy, tokenizer, quiet)
+        return _train(cfg, trl_config(cfg, scratch, overrides), out_dir, policy, tokenizer, quiet)
 
 
 def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> KitHistory:
@@ -240,14 +253,14 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
         policy, tokenizer = load_model(cfg.model)
     ensure_pad_token(tokenizer)
     train_items, eval_items = run_items(cfg, policy, tokenizer)
-    history = KitHistory(cfg, tokenizer, eval_items, out_dir)
+    history = KitHistory(cfg, tokenizer, eval_items, out_dir, quiet)
     trainer = trl.GRPOTrainer(model=policy, reward_funcs=get_reward_funcs(cfg.reward_funcs), args=args,
                               train_dataset=Dataset.from_list(train_items), processing_class=tokenizer,
                               callbacks=[history])
-    if quiet:
-        from transformers import PrinterCallback
+    from transformers import PrinterCallback, ProgressCallback
 
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict when the progress bar is off
+    for printer in (PrinterCallback, ProgressCallback):  # they print every log dict; KitHistory shows a bar by kit step
+        trainer.remove_callback(printer)
     trainer.train()
     if out_dir is not None:
         trainer.save_model(str(Path(out_dir) / "model"))  # weights and tokenizer (processing_class), on process 0
