@@ -81,6 +81,9 @@ def test_cli_trains_with_trl_and_writes_the_kits_run_folder(tmp_path, capsys):
     plot_history(history, summary["evals"])
     assert (out / "curves.png").is_file() and (out / "curves.html").is_file()
     assert (out / "model" / "config.json").is_file() and "model/" in printed
+    from grpo_kit.runfolder import check_out_folder
+
+    assert check_out_folder(out, overwrite=True) == out and not any(out.iterdir())  # --overwrite replaces a TRL run
 
 
 def test_cli_refuses_trl_arguments_without_the_trl_engine(tmp_path, capsys):
