@@ -160,3 +160,23 @@ def test_cli_prints_the_command_and_writes_the_data(tmp_path, capsys):
     train = pd.read_parquet(pairs["data.train_files"])
     assert len(train) == 32 and train["reward_model"][0]["ground_truth"] == "19"
     assert len(pd.read_parquet(pairs["data.val_files"])) == 10
+
+
+def test_the_values_are_ones_verl_accepts():
+    """loss_agg_mode, kl_loss_type and policy_loss.loss_mode against the names verl's own code accepts."""
+    import re
+
+    actor = ast.parse(verl_file("workers/config/actor.py").read_text())
+    agg = next(ast.literal_eval(n.value) for n in ast.walk(actor) if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", "") == "valid_loss_agg_modes")
+    algos = verl_file("trainer/ppo/core_algos.py").read_text()
+    kl_names = {name for group in re.findall(r"if kl_penalty in \(([^)]*)\)", algos)
+                for name in ast.literal_eval("(" + group + ",)")}
+    losses = set(re.findall(r'@register_policy_loss\("([^"]+)"\)', algos))
+    a = "actor_rollout_ref.actor."
+    cases = [GRPOConfig(loss_type=t, kl_estimator=k, importance_sampling_level=lvl)
+             for t, k, lvl in (("grpo", "k1", "token"), ("dapo", "k2", "sequence"), ("dr_grpo", "k3", "token"))]
+    for cfg in cases:
+        v = cfg.to_verl()
+        assert v[a + "loss_agg_mode"] in agg and v[a + "kl_loss_type"] in kl_names
+        assert v[a + "policy_loss.loss_mode"] in losses and v[a + "optim.lr_scheduler_type"] in ("constant", "cosine")
