@@ -107,7 +107,7 @@ def test_training_renders_prompts_with_the_template(monkeypatch):
     """setup() turns the prompts into messages; the sampler sees the rendered template text."""
     from grpo_kit import dynamic
     from grpo_kit.tiny import load_model
-    from grpo_kit.train import grpo_step, setup
+    from grpo_kit.train import evaluate, grpo_step, setup
 
     model, tok = load_model("tiny")
     tok.chat_template = TEMPLATE
@@ -124,6 +124,12 @@ def test_training_renders_prompts_with_the_template(monkeypatch):
     assert run.train_items[0]["prompt"][0]["role"] == "user" and run.eval_items[0]["prompt"][0]["role"] == "user"
     grpo_step(run)
     assert seen and all(p.startswith("<user>") and p.endswith("=\n<assistant>") for p in seen)
+    from grpo_kit import inference
+
+    seen.clear()
+    monkeypatch.setattr(inference, "sample_groups", spy)
+    assert 0.0 <= evaluate(run) <= 1.0  # held-out greedy accuracy: the same rendering
+    assert len(seen) == 4 and all(p.startswith("<user>") and p.endswith("=\n<assistant>") for p in seen)
 
 
 def test_cli_trains_on_the_gsm8k_sample(tmp_path):
