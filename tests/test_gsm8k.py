@@ -144,3 +144,17 @@ def test_cli_trains_on_the_gsm8k_sample(tmp_path):
         assert 0.0 <= m["rewards/math_answer/mean"] <= 1.0 and 0.0 <= m["rewards/gsm8k_format/mean"] <= 1.0
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["evals"]) == 2 and (out / "curves.png").is_file()
+
+
+def test_a_curriculum_pool_goes_through_the_template_too():
+    from grpo_kit.schedules import plan_step
+    from grpo_kit.tiny import load_model
+    from grpo_kit.train import setup
+
+    model, tok = load_model("tiny")
+    tok.chat_template = TEMPLATE
+    cfg = GRPOConfig(task_schedule=[[0.0, "add1"]], num_prompts=2, num_generations=2, steps=1, eval_size=4,
+                     device="cpu", threads=1, log_kl=False)
+    pool = plan_step(setup(cfg, policy=model, tokenizer=tok)).items
+    assert pool[0]["prompt"] == [{"role": "user", "content": pool[0]["prompt"][0]["content"]}]
+    assert len(pool) == 70  # add1's train split
