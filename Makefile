@@ -1,14 +1,15 @@
 # Two entry points, both idempotent: `make demo` and `make test`. Each creates .venv if missing,
-# installs the pinned requirements (again only when requirements.txt or pyproject.toml changed),
-# then runs.
+# installs the pinned requirements (again only when requirements*.txt or pyproject.toml changed;
+# requirements-verl.txt without dependencies, see the file), then runs.
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-verl.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -r requirements.txt
+	$(VENV)/bin/python -m pip install -q --no-deps -r requirements-verl.txt
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -61,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default="runs/train")
     t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     t.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
+    t.add_argument("--engine", choices=("kit", "trl"), default="kit",
+                   help="kit: the kit's own loop (default); trl: TRL's GRPOTrainer with cfg.to_trl(), the same "
+                        "run folder files (history.jsonl, plots, diagnostics)")
+    t.add_argument("--trl-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --engine trl: an extra trl.GRPOConfig argument, e.g. use_vllm=true (repeatable)")
     e = sub.add_parser("eval", help="greedy accuracy and pass@k of a model on a dataset")
     e.add_argument("--model", default="tiny")
     e.add_argument("--dataset", help="jsonl items (default: the task's held-out test split)")
@@ -75,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--run", required=True)
     x.add_argument("--to", required=True)
     x.add_argument("--overwrite", action="store_true", help="replace what is already in --to")
+    v = sub.add_parser("export-verl", help="print the verl command (Hydra overrides) for the same run as a config")
+    v.add_argument("--config", required=True)
+    v.add_argument("--data-out", default=None,
+                   help="folder to write train.parquet / val.parquet in verl's layout (the config's items)")
+    v.add_argument("--max-prompt-length", type=_positive_int, default=512, help="prompt tokens verl reserves")
+    v.add_argument("--rollout", default="vllm", help="verl's rollout engine (actor_rollout_ref.rollout.name)")
     g = sub.add_parser("pregen", help="sample K responses per prompt, judge every pair, write preference groups")
     g.add_argument("--model", default="tiny")
     g.add_argument("--task", default="add2")
@@ -105,25 +117,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, overwrite: bool = False):
+def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, overwrite: bool = False,
+                 engine: str = "kit", trl_args: dict | None = None):
     """Train with a progress bar; write history.jsonl, summary.json and plots into ``out``.
 
     The folder is locked for the whole run; a new run needs an empty folder (or ``overwrite``),
-    ``resume`` a folder with a checkpoint, and a refused resume writes nothing.
+    ``resume`` a folder with a checkpoint, and a refused resume writes nothing. ``engine="trl"``
+    trains with TRL's GRPOTrainer (``engines.trl_engine``) and writes the same files.
     """
     from tqdm.auto import tqdm
 
-    from .diagnostics import diagnose, report
-    from .plotting import plot_history, plotly_history
     from .runfolder import RunLock, atomic_write_text, check_out_folder, check_path
-    from .train import resume_run, setup, train, write_history
+    from .train import resume_run, setup, train
 
     out = check_path(out, "--out")
+    if engine == "trl" and resume:
+        raise UsageError("--resume works with the kit's engine only (TRL's checkpoints are another format); "
+                         "start a new --out folder")
+    if engine == "trl" and not main_process():  # under accelerate launch: process 0 owns the run folder
+        from .engines.trl_engine import train_with_trl
+
+        train_with_trl(cfg, out, overrides=trl_args, quiet=True)
+        return None, None
     if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
         check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
     with RunLock(out):
         check_out_folder(out, resume, overwrite)
         t0 = time.time()
+        if engine == "trl":
+            from .engines.trl_engine import train_with_trl
+
+            atomic_write_text(out / "config.yaml", cfg.to_yaml())
+            h = train_with_trl(cfg, out, overrides=trl_args, quiet=quiet)
+            return None, _write_results(cfg, h.history, h.evals, out, len(h.history), time.time() - t0, None, quiet,
+                                        "trl")
         run = setup(cfg)
         if resume:
             resume_run(run, out)
@@ -139,20 +166,39 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
             for m in train(cfg, run, out_dir=out):
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
-        wall = time.time() - t0
-        write_history(run.history, out / "history.jsonl")
-        title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}"
-        plot_history(run.history, run.evals, title, out / "curves.png")
-        plotly_history(run.history, run.evals, title, out / "curves.html")
-        findings = diagnose(run.history, cfg)
-        if not quiet:
-            print(report(findings))
-        summary = {"base_accuracy": run.evals[0][1], "final_accuracy": run.evals[-1][1], "steps": run.step,
-                   "wall_seconds": round(wall, 1), "seed": cfg.seed, "evals": run.evals,
-                   "stopped_by": run.stopped_by, "findings": [f.to_dict() for f in findings],
-                   "config": cfg.to_dict()}
-        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
+                                 quiet)
     return run, summary
+
+
+def main_process() -> bool:
+    """False in the processes other than the first of a distributed launch (``RANK`` > 0, which
+    ``accelerate launch`` / torchrun set): they train but leave the run folder to process 0."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
+def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int, wall: float, stopped_by,
+                   quiet: bool, engine: str = "kit") -> dict:
+    """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run."""
+    from .diagnostics import diagnose, report
+    from .plotting import plot_history, plotly_history
+    from .runfolder import atomic_write_text
+    from .train import write_history
+
+    write_history(history, out / "history.jsonl")
+    title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}" + (f", engine {engine}" if engine != "kit" else "")
+    plot_history(history, evals, title, out / "curves.png")
+    plotly_history(history, evals, title, out / "curves.html")
+    findings = diagnose(history, cfg)
+    if not quiet:
+        print(report(findings))
+    acc = [a for _, a in evals]
+    summary = {"base_accuracy": acc[0] if acc else None, "final_accuracy": acc[-1] if acc else None,
+               "steps": steps, "wall_seconds": round(wall, 1), "seed": cfg.seed,
+               "evals": evals, "stopped_by": stopped_by, "findings": [f.to_dict() for f in findings],
+               "engine": engine, "config": cfg.to_dict()}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def _written(out: Path) -> str:
@@ -161,6 +207,8 @@ def _written(out: Path) -> str:
     have = [n for n in names if (out / n).is_file()]
     if (out / "checkpoints" / "latest").is_file():
         have.append(f"checkpoints/ (latest {(out / 'checkpoints' / 'latest').read_text().strip()})")
+    elif (out / "model" / "config.json").is_file():
+        have.append("model/ (the trained model, from_pretrained loads it)")
     else:
         have.append("no checkpoint (no step was trained)")
     return f"{out}/: " + ", ".join(have)
@@ -206,11 +254,22 @@ def cmd_train(args) -> int:
     changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "steps": args.steps}.items()
                if v is not None}
     cfg = cfg.replace(**changes)
-    _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite)
+    if args.trl_arg and args.engine != "trl":
+        raise UsageError("--trl-arg needs --engine trl")
+    trl_args = None
+    if args.engine == "trl":
+        from .engines.trl_engine import parse_trl_overrides
+
+        trl_args = parse_trl_overrides(args.trl_arg, cfg)
+    _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
+                              trl_args=trl_args)
+    if summary is None:  # not process 0 of a distributed launch: process 0 reports
+        return 0
     if summary["steps"] < cfg.steps:
         return _stopped_early(summary, cfg, args.out)
-    print(f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%} "
-          f"after {summary['steps']} steps; wrote {_written(Path(args.out))}")
+    acc = (f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%}"
+           if summary["base_accuracy"] is not None else "accuracy not measured")
+    print(f"{acc} after {summary['steps']} steps; wrote {_written(Path(args.out))}")
     return 0
 
 
@@ -296,6 +355,31 @@ def cmd_export(args) -> int:
             raise disk_full(e, dest, "nothing was exported") from e
         raise
     print(f"exported {ckpt} -> {dest} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+    return 0
+
+
+def cmd_export_verl(args) -> int:
+    """Print ``python3 -m verl.trainer.main_ppo`` with ``cfg.to_verl()``; with ``--data-out`` write the data too."""
+    from .config import GRPOConfig
+    from .engines.verl_export import verl_command, verl_rows
+
+    cfg = GRPOConfig.from_yaml(args.config)
+    overrides = cfg.to_verl(max_prompt_length=args.max_prompt_length, rollout=args.rollout)
+    files = {}
+    if args.data_out:
+        from datasets import Dataset, disable_progress_bars
+
+        from .runfolder import check_path
+        from .tasks import get_task, heldout_split, load_items
+
+        disable_progress_bars()
+        out = check_path(args.data_out, "--data-out")
+        out.mkdir(parents=True, exist_ok=True)
+        train = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+        for name, items in (("train", train), ("val", heldout_split(cfg.task)[:cfg.eval_size])):
+            files[name] = str((out / f"{name}.parquet").resolve())
+            Dataset.from_list(verl_rows(items)).to_parquet(files[name])
+    print(verl_command(overrides, files.get("train", "TRAIN.parquet"), files.get("val", "VAL.parquet")))
     return 0
 
 
@@ -389,7 +473,8 @@ def cmd_make_base(args) -> int:
 
 
 COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "pregen": cmd_pregen,
-            "make-base": cmd_make_base, "train-judge": cmd_train_judge, "serve-judge": cmd_serve_judge}
+            "make-base": cmd_make_base, "train-judge": cmd_train_judge, "serve-judge": cmd_serve_judge,
+            "export-verl": cmd_export_verl}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,10 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("no command given: use one of demo, train, eval, export, pregen, make-base, train-judge, "
-                             "serve-judge "
-                             "(see grpo-kit --help)")
-        for name in ("out", "to", "config", "dataset", "model", "run", "data"):
+            raise UsageError("no command given: use one of demo, train, eval, export, export-verl, pregen, make-base, "
+                             "train-judge, serve-judge (see grpo-kit --help)")
+        for name in ("out", "to", "config", "dataset", "model", "run", "data", "data_out"):
             if isinstance(getattr(args, name, None), str):
                 from .runfolder import check_path
                 check_path(getattr(args, name), f"--{name}")

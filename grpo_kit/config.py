@@ -101,6 +101,12 @@ class GRPOConfig:
     """Reward functions scored on the same completions every step and logged (``gold_reward``) beside the
     training reward, never used for the advantages: a second opinion that shows reward hacking
     (the training reward climbs while the gold one does not; see ``diagnostics.py``). Empty = none."""
+    chat_template: str = "auto"
+    """How text prompts reach the model: 'auto' wraps each one as a user message and renders it with the
+    tokenizer's chat template (``apply_chat_template(..., add_generation_prompt=True)``, as TRL renders a
+    conversational prompt) when the tokenizer has one (``tokenizer.chat_template``), else sends the text
+    as is; 'on' requires a template (a ConfigError at setup when the tokenizer has none); 'off' always
+    sends the text as is. Prompts given as conversations always go through the template."""
     seed: int = 0
     """Seeds prompt order, sampling and initialisation; a run is deterministic per seed on one machine."""
 
@@ -352,6 +358,12 @@ class GRPOConfig:
         need(isinstance(self.task, str) and self.task in _task_names(), "task", f"choose one of {_task_names()}")
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
+        from .tasks import TASKS
+
+        need(self.task in TASKS or self.dataset is not None or self.task_schedule is not None, "task",
+             f"ships only a held-out split (datasets/{self.task}_test.jsonl), no training items: give a training "
+             f"file in dataset (e.g. datasets/{self.task}_sample.jsonl) or choose a task of {sorted(TASKS)}")
+        choice("chat_template", ("auto", "on", "off"))
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
@@ -554,6 +566,115 @@ class GRPOConfig:
             return torch.cuda.is_available()
         return self.device == "cuda"
 
+    def _refuse_steering(self, engine: str) -> None:
+        """ConfigError when a field that steers the run over time is set: other engines have none of them."""
+        steering = [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
+                                "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
+                    if getattr(self, k) not in (None, False, 0.0)]
+        if steering:
+            raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no {engine} equivalent; "
+                              f"reset them to their defaults to export to {engine}")
+
+    def to_verl(self, max_prompt_length: int = 512, rollout: str = "vllm") -> dict:
+        """verl 0.9.1 overrides (Hydra dotted keys of ``verl/trainer/config/ppo_trainer.yaml`` -> value) for
+        the same objective with ``python3 -m verl.trainer.main_ppo``; ``grpo-kit export-verl`` prints them.
+
+        Mapped: the GRPO advantage (``algorithm.adv_estimator=grpo``; ``scale_rewards`` 'group' /
+        'none' -> ``norm_adv_by_std_in_grpo`` true / false), G (``rollout.n``), P (``data.train_batch_size``
+        and ``ppo_mini_batch_size``, both counted in prompts: one update per pass over the batch),
+        ``num_iterations`` (``ppo_epochs``), ``micro_batch_size`` (``ppo_micro_batch_size_per_gpu``, in
+        completions), the clip range (``clip_ratio_low`` / ``clip_ratio_high``), ``delta`` (verl's dual-clip
+        ``clip_ratio_c``, which caps the ratio of negative-advantage tokens: the same cap, since with
+        ``delta > 1 + epsilon_high`` the cap only binds there; without ``delta`` it is set to 1e9, no cap),
+        the KL loss (``use_kl_loss``, ``kl_loss_coef = beta``, ``kl_loss_type`` k1/k2/k3; verl clamps its
+        k3 to [-10, 10]), the loss aggregation (``loss_agg_mode``: grpo -> seq-mean-token-mean, dapo ->
+        token-mean, dr_grpo -> seq-mean-token-sum-norm with ``loss_scale_factor = max_completion_length``),
+        GSPO (``policy_loss.loss_mode=gspo``), ``entropy_coeff``, the optimizer (lr, weight decay, grad clip,
+        warm-up, cosine or constant), the lengths, sampling (temperature, no top-k/top-p), the model, the seed,
+        and the reward: ``compute_score`` of ``grpo_kit/engines/verl_export.py`` with this config's
+        ``reward_funcs`` and ``reward_weights`` (``+`` adds keys the default config lacks).
+
+        Refused (ConfigError): an advantage estimator other than 'grpo' or ``scale_rewards='batch'`` (verl's
+        GRPO advantage is per group); ``loss_type='bnpo'`` (a mean over each micro-batch's tokens);
+        ``mask_truncated_completions``; a list of temperatures; GSPO with ``delta``; reward functions given
+        as callables or factories (verl imports them by name); ``num_iterations > 1`` with a cosine or
+        warm-up schedule (the kit advances it per optimizer update; verl's count is not checked here); and
+        the fields that steer a run over time.
+        """
+        from .tiny import resolve_model
+
+        def refuse(field_, rule):
+            raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to verl: {rule}")
+
+        self._refuse_steering("verl")
+        if self.advantage_estimator != "grpo":
+            refuse("advantage_estimator", "export 'grpo' (verl's estimators differ in detail from the kit's others)")
+        if self.scale_rewards == "batch":
+            refuse("scale_rewards", "verl's GRPO advantage normalises per group; use 'group' or 'none'")
+        if self.loss_type == "bnpo":
+            refuse("loss_type", "verl has no per-micro-batch token mean; use 'dapo' (token-mean over the batch), "
+                                "'grpo' or 'dr_grpo'")
+        if self.mask_truncated_completions:
+            refuse("mask_truncated_completions", "verl's trainer has no such switch; set it to false")
+        if isinstance(self.temperature, list):
+            refuse("temperature", "verl samples every completion at one temperature; give a single number")
+        if self.importance_sampling_level == "sequence" and self.delta is not None:
+            refuse("delta", "verl's GSPO loss has no dual clip; set delta to null for importance_sampling_level "
+                            "'sequence'")
+        if not all(isinstance(f, str) for f in self.reward_funcs):
+            refuse("reward_funcs", "verl imports the reward by name: give names or 'package.module:function' strings")
+        if self.num_iterations > 1 and (self.lr_schedule != "constant" or self.warmup_steps):
+            refuse("num_iterations", "with several updates per batch the kit advances the LR schedule per update; "
+                                     "export with num_iterations=1, or lr_schedule='constant' and warmup_steps=0")
+        if not (_is_int(max_prompt_length) and max_prompt_length >= 1):
+            raise ConfigError(f"max_prompt_length={max_prompt_length!r}: give the prompt tokens verl reserves (>= 1)")
+        actor, rollout_ = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+        reward = "reward.custom_reward_function."
+        from .engines import verl_export
+
+        model = resolve_model(self.model, warn=False)
+        return {
+            "algorithm.adv_estimator": "grpo",
+            "algorithm.norm_adv_by_std_in_grpo": self.scale_rewards == "group",
+            "algorithm.use_kl_in_reward": False,
+            "data.train_batch_size": self.num_prompts,
+            "data.max_prompt_length": max_prompt_length,
+            "data.max_response_length": self.max_completion_length,
+            "data.seed": self.seed,
+            "actor_rollout_ref.model.path": str(model.resolve()) if isinstance(model, Path) else model,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": self.gradient_checkpointing,
+            rollout_ + "name": rollout,
+            rollout_ + "n": self.num_generations,
+            rollout_ + "temperature": self.temperature,
+            rollout_ + "top_k": -1,
+            rollout_ + "top_p": 1.0,
+            rollout_ + "seed": self.seed,
+            actor + "ppo_mini_batch_size": self.num_prompts,
+            actor + "ppo_micro_batch_size_per_gpu": self.micro_batch_size or self.batch_size,
+            actor + "ppo_epochs": self.num_iterations,
+            actor + "clip_ratio_low": self.epsilon,
+            actor + "clip_ratio_high": self.epsilon if self.epsilon_high is None else self.epsilon_high,
+            actor + "clip_ratio_c": 1e9 if self.delta is None else self.delta,
+            actor + "policy_loss.loss_mode": "gspo" if self.importance_sampling_level == "sequence" else "vanilla",
+            actor + "loss_agg_mode": {"grpo": "seq-mean-token-mean", "dapo": "token-mean",
+                                      "dr_grpo": "seq-mean-token-sum-norm"}[self.loss_type],
+            actor + "loss_scale_factor": self.max_completion_length if self.loss_type == "dr_grpo" else None,
+            actor + "use_kl_loss": self.beta > 0,
+            actor + "kl_loss_coef": self.beta,
+            actor + "kl_loss_type": self.kl_estimator,
+            actor + "entropy_coeff": self.entropy_coef,
+            actor + "optim.lr": self.learning_rate,
+            actor + "optim.weight_decay": self.weight_decay,
+            actor + "optim.clip_grad": self.max_grad_norm,
+            actor + "optim.lr_warmup_steps": self.warmup_steps,
+            actor + "optim.lr_scheduler_type": self.lr_schedule,
+            "trainer.total_training_steps": self.steps,
+            reward + "path": str(Path(verl_export.__file__).resolve()),
+            reward + "name": verl_export.REWARD_NAME,
+            "+" + reward + "reward_kwargs.reward_funcs": list(self.reward_funcs),
+            "+" + reward + "reward_kwargs.reward_weights": self.reward_weights,
+        }
+
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
 
@@ -582,12 +703,7 @@ class GRPOConfig:
         def refuse(field_, rule):
             raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to TRL: {rule}")
 
-        steering = [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
-                                "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
-                    if getattr(self, k) not in (None, False, 0.0)]
-        if steering:
-            raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no TRL equivalent; "
-                              f"reset them to their defaults to export to TRL")
+        self._refuse_steering("TRL")
         if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
             refuse("advantage_estimator", "TRL has no such estimator; use 'grpo', 'sum_then_normalize' or "
                                           "'normalize_then_sum'")

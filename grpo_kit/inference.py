@@ -5,7 +5,7 @@ import torch
 
 from .errors import DataError
 from .judges import exact_answer
-from .sampling import sample_groups
+from .sampling import render_prompt, sample_groups
 
 
 RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
@@ -96,11 +96,11 @@ def greedy_completions(model, tokenizer, items: list[dict], max_new_tokens: int 
     out = []
     budget = max_new_tokens or max_answer_tokens(items)
     batch_size = max(1, batch_size)
-    longest = max(len(it["prompt"]) for it in items) + 1 if items else 1  # characters bound tokens from above
+    texts = [render_prompt(tokenizer, it["prompt"]) for it in items]  # conversations through the chat template
+    longest = max(len(t) for t in texts) + 1 if items else 1  # characters bound tokens from above
     check_generation_memory(model, min(batch_size, len(items)), longest + budget)
     for i in range(0, len(items), batch_size):
-        chunk = items[i:i + batch_size]
-        r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], 1, budget, temperature=0.0)
+        r = sample_groups(model, tokenizer, texts[i:i + batch_size], 1, budget, temperature=0.0)
         out.extend(r.completions)
     return out
 

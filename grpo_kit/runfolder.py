@@ -22,8 +22,9 @@ from .errors import DiskFullError, RunFolderError
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".grpo-kit.lock"
-# everything a grpo-kit run writes into its output folder (what --overwrite may delete)
-RUN_FILES = {"checkpoints", "history.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", LOCK_FILE}
+# everything a grpo-kit run writes into its output folder (what --overwrite may delete); model/: --engine trl
+RUN_FILES = {"checkpoints", "history.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", "model",
+             LOCK_FILE}
 
 
 def quote(value, limit: int = 200) -> str:

@@ -168,6 +168,30 @@ def render_prompt(tokenizer, prompt) -> str:
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
 
+def uses_chat_template(tokenizer, mode: str = "auto") -> bool:
+    """Whether text prompts go through the tokenizer's chat template (``GRPOConfig.chat_template``):
+    'auto' when the tokenizer has one (``tokenizer.chat_template``), 'on' always (a
+    :class:`ConfigError` when it has none), 'off' never."""
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if mode == "on" and not has:
+        from .errors import ConfigError
+
+        raise ConfigError("GRPOConfig.chat_template='on': this tokenizer has no chat template "
+                          "(tokenizer.chat_template is empty); use 'auto' or 'off' to send the prompt text as is, "
+                          "or a model whose tokenizer ships a template (an instruct/chat model)")
+    return mode == "on" or (mode == "auto" and has)
+
+
+def chat_items(items: list[dict], tokenizer, mode: str = "auto") -> list[dict]:
+    """``items`` with each text prompt made one user message, ``[{"role": "user", "content": text}]``,
+    when :func:`uses_chat_template` says so; :func:`render_prompt` then renders it with the template
+    and the generation prompt, and TRL's trainer does the same with such a dataset. Else unchanged."""
+    if not uses_chat_template(tokenizer, mode):
+        return items
+    return [{**it, "prompt": [{"role": "user", "content": it["prompt"]}]} if isinstance(it["prompt"], str) else it
+            for it in items]
+
+
 def encode_prompts(tokenizer, prompts: list[str], device):
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (B, Tp), (B, Tp)

@@ -344,7 +344,10 @@ def plan_step(run) -> StepPlan:
     names = tasks_at(cfg, frac, st)
     rewards = rewards_at(cfg, frac, st)
     step_cfg = dataclasses.replace(cfg, num_generations=G, num_prompts=P)  # not re-validated: validate() covered every G
-    return StepPlan(step_cfg, frac, task_items(names) if names else run.train_items,
+    from .sampling import chat_items
+
+    pool = chat_items(task_items(names), run.tokenizer, cfg.chat_template) if names else run.train_items
+    return StepPlan(step_cfg, frac, pool,
                     get_reward_funcs(rewards) if rewards else run.reward_funcs)
 
 
@@ -379,7 +382,10 @@ def after_eval(run, metrics: dict) -> None:
     from .tasks import heldout_split
 
     names = tasks_at(cfg, 0.0, st) or [cfg.task]
-    items = [it for n in names for it in heldout_split(n)[:cfg.eval_size // len(names) or 1]]
+    from .sampling import chat_items
+
+    items = chat_items([it for n in names for it in heldout_split(n)[:cfg.eval_size // len(names) or 1]],
+                       run.tokenizer, cfg.chat_template)
     acc = greedy_accuracy(run.policy, run.tokenizer, items, max(cfg.max_completion_length, 1))
     metrics["curriculum/accuracy"] = acc
     last = max(len(cfg.task_schedule or []), len(cfg.reward_schedule or [])) - 1

@@ -36,6 +36,7 @@ from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
+from .sampling import chat_items
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model
@@ -126,20 +127,7 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate,
                             weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
-    # prompts from a file or from the caller are checked against the model (context, vocabulary);
-    # the built-in tasks' prompts are a few characters of the tokenizer's own alphabet
-    given = train_items is not None or cfg.dataset is not None
-    if train_items is None:
-        train_items = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
-    if given:
-        check_columns(train_items, cfg.dataset or "train_items")
-        train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
-                                    cfg.dataset or "train_items")
-    if eval_items is None:
-        eval_items = heldout_split(cfg.task)[:cfg.eval_size]
-    else:
-        eval_items = check_prompts(policy, tokenizer, eval_items, cfg.max_completion_length, cfg.truncate_prompts,
-                                   "eval_items")
+    train_items, eval_items = run_items(cfg, policy, tokenizer, train_items, eval_items)
     funcs = get_reward_funcs(reward_funcs or cfg.reward_funcs)
     sample_device = next(policy.parameters()).device  # torch.multinomial draws where the logits are
     run = Run(cfg, policy, ref, tokenizer, opt, sched, funcs, train_items, eval_items,
@@ -147,6 +135,27 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
               gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
     beyond_scalar.setup(run, cfg)  # the step judge, value head or pairwise judges of its estimator
     return run
+
+
+def run_items(cfg: GRPOConfig, policy, tokenizer, train_items=None, eval_items=None) -> tuple[list[dict], list[dict]]:
+    """The training and held-out items of a run: the caller's, else ``cfg.dataset`` (or the task's train
+    split) and the task's held-out split; prompts made chat messages when ``cfg.chat_template`` says so."""
+    # prompts from a file or from the caller are checked against the model (context, vocabulary);
+    # the built-in tasks' prompts are a few characters of the tokenizer's own alphabet
+    given = train_items is not None or cfg.dataset is not None
+    if train_items is None:
+        train_items = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+    train_items = chat_items(train_items, tokenizer, cfg.chat_template)
+    if given:
+        check_columns(train_items, cfg.dataset or "train_items")
+        train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
+                                    cfg.dataset or "train_items")
+    if eval_items is None:
+        eval_items = chat_items(heldout_split(cfg.task)[:cfg.eval_size], tokenizer, cfg.chat_template)
+    else:
+        eval_items = check_prompts(policy, tokenizer, chat_items(eval_items, tokenizer, cfg.chat_template),
+                                   cfg.max_completion_length, cfg.truncate_prompts, "eval_items")
+    return train_items, eval_items
 
 
 def grpo_step(run: Run) -> dict:

@@ -1,0 +1,166 @@
+"""``--engine trl``: TRL's GRPOTrainer on the tiny model (CPU, a few steps), logged as the kit logs it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo_kit.cli import main
+from grpo_kit.config import GRPOConfig
+from grpo_kit.diagnostics import diagnose, read_history
+from grpo_kit.engines import trl_engine
+from grpo_kit.engines.trl_engine import (
+    KitHistory,
+    check_trl_engine,
+    ensure_pad_token,
+    kit_metrics,
+    parse_trl_overrides,
+    trl_config,
+)
+from grpo_kit.errors import ConfigError
+from grpo_kit.plotting import plot_history, series
+
+CORE = ("reward", "reward_std", "frac_reward_zero_std", "rewards/exact_answer/mean", "completions/mean_length",
+        "completions/clipped_ratio", "loss", "grad_norm", "learning_rate", "entropy", "clip_ratio/region_mean",
+        "step", "step_time")
+
+
+def test_kit_metrics_merges_the_updates_of_one_step():
+    """Two updates of one generated batch (num_iterations=2): TRL logs the generation metrics with the
+    first; entropy and kl come from the first, grad_norm from the last, the rest is the mean."""
+    first = {"loss": 0.5, "grad_norm": 2.0, "learning_rate": 1e-3, "epoch": 0.1, "num_tokens": 40.0,
+             "reward": 0.25, "completions/mean_length": 3.5, "entropy": 1.2, "kl": 0.0,
+             "clip_ratio/region_mean": 0.0, "rewards/exact_answer/mean": 0.25, "some_text": "x", "none": None}
+    second = {"loss": 0.25, "grad_norm": 4.0, "learning_rate": 9e-4, "epoch": 0.2, "entropy": 1.0, "kl": 0.01,
+              "clip_ratio/region_mean": 0.5}
+    m = kit_metrics([first, second], step=7)
+    assert m == {"loss": 0.375, "grad_norm": 4.0, "learning_rate": 0.00095, "reward": 0.25,
+                 "completions/mean_length": 3.5, "entropy": 1.2, "kl": 0.0, "clip_ratio/region_mean": 0.25,
+                 "rewards/exact_answer/mean": 0.25, "step": 7}
+
+
+def test_trl_arguments_from_the_config(tmp_path):
+    cfg = GRPOConfig(num_prompts=2, num_generations=4, steps=3, num_iterations=2, device="cpu")
+    args = trl_config(cfg, tmp_path, parse_trl_overrides(["use_vllm=false", "vllm_mode=server"], cfg))
+    assert (args.max_steps, args.num_generations, args.logging_steps) == (6, 4, 1)
+    assert args.use_vllm is False and args.vllm_mode == "server" and args.report_to == []
+    with pytest.raises(ConfigError, match="no field 'use_vllmm'"):
+        parse_trl_overrides(["use_vllmm=true"], cfg)
+    with pytest.raises(ConfigError, match="beta.*kit's field"):
+        parse_trl_overrides(["beta=0.1"], cfg)
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_trl_overrides(["use_vllm"], cfg)
+
+
+@pytest.mark.parametrize("field, value", [("gold_reward_funcs", ["math_answer"]), ("reward_error_policy", "zero"),
+                                          ("reward_timeout_s", 5.0)])
+def test_fields_trl_cannot_honour_are_refused(field, value):
+    with pytest.raises(ConfigError, match=field):
+        check_trl_engine(GRPOConfig(**{field: value}))
+
+
+def test_cli_trains_with_trl_and_writes_the_kits_run_folder(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(num_prompts=2, num_generations=4, steps=2, num_iterations=2, beta=0.04, eval_every=0, eval_size=8,
+               device="cpu", threads=2).to_yaml(cfg)
+    out = tmp_path / "run"
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    history = read_history(out / "history.jsonl")
+    assert [m["step"] for m in history] == [1, 2]  # kit steps, each 2 TRL updates
+    for m in history:
+        assert all(k in m for k in CORE), sorted(set(CORE) - set(m))
+        assert 0.0 <= m["reward"] <= 1.0 and m["kl"] >= 0.0
+    lrs = [m["learning_rate"] for m in history]
+    assert lrs == pytest.approx([3e-4, 1.5e-4])  # cosine over 4 updates, at updates 0 and 2: 0.5 (1 + cos(pi/2))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "trl" and [s for s, _ in summary["evals"]] == [0, 2]
+    assert history[-1]["accuracy"] == summary["final_accuracy"]
+    assert isinstance(diagnose(history, GRPOConfig.from_yaml(out / "config.yaml")), list)
+    assert series(history, "reward")[0] == [1, 2]
+    plot_history(history, summary["evals"])
+    assert (out / "curves.png").is_file() and (out / "curves.html").is_file()
+    assert (out / "model" / "config.json").is_file() and "model/" in printed
+    from grpo_kit.runfolder import check_out_folder
+
+    assert check_out_folder(out, overwrite=True) == out and not any(out.iterdir())  # --overwrite replaces a TRL run
+
+
+def test_cli_refuses_trl_arguments_without_the_trl_engine(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig().to_yaml(cfg)
+    assert main(["train", "--config", str(cfg), "--trl-arg", "use_vllm=true", "--out", str(tmp_path / "run")]) == 2
+    assert "--trl-arg needs --engine trl" in capsys.readouterr().err
+    assert main(["train", "--engine", "trl", "--resume", "--config", str(cfg), "--out", str(tmp_path / "r2")]) == 2
+    assert "--resume works with the kit's engine only" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_pad_token_pads_with_eos():
+    from grpo_kit.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.pad_token = None
+    assert ensure_pad_token(tok).pad_token == "<eos>" and tok.pad_token_id == tok.eos_token_id
+
+
+def test_other_processes_of_a_launch_leave_the_run_folder_to_process_0(tmp_path, monkeypatch, capsys):
+    """Under accelerate launch (RANK set per process), process 1 trains but writes no run-folder file."""
+    calls = []
+
+    def fake_train(cfg, out_dir, overrides=None, quiet=True):
+        calls.append((out_dir, overrides))
+        return KitHistory(cfg, None, [], None)
+
+    monkeypatch.setattr(trl_engine, "train_with_trl", fake_train)
+    monkeypatch.setenv("RANK", "1")
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(steps=2).to_yaml(cfg)
+    out = tmp_path / "run"
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(out),
+                 "--trl-arg", "use_vllm=false"]) == 0
+    assert calls == [(out, {"use_vllm": False})]
+    assert not out.exists() and capsys.readouterr().out == ""
+
+
+def graduation_commands() -> list[list[str]]:
+    """The command lines of the README's "Graduating to many GPUs" section, split as a shell would."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("## Graduating to many GPUs", 1)[1].split("\n## ", 1)[0]
+    lines = [line for block in section.split("```")[1::2] for line in block.splitlines()
+             if line.strip() and not line.startswith("#")]
+    return [[w for w in shlex.split(line) if not w.startswith("CUDA_VISIBLE_DEVICES=")] for line in lines]
+
+
+def test_the_readme_commands_parse_with_accelerate_and_trl():
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+    from trl.scripts.vllm_serve import make_parser
+
+    commands = graduation_commands()
+    assert len(commands) == 5
+    launches = [c for c in commands if c[:2] == ["accelerate", "launch"]]
+    assert len(launches) == 4
+    for words in launches:
+        a = launch_command_parser().parse_args(words[2:])
+        assert a.module and a.training_script == "grpo_kit.cli"
+        cfg_file = load_config_from_file(a.config_file)
+        assert cfg_file.distributed_type == "DEEPSPEED" and cfg_file.deepspeed_config["zero_stage"] in (2, 3)
+        rest = a.training_script_args
+        assert rest[:3] == ["train", "--engine", "trl"]
+        pairs = [rest[i + 1] for i, w in enumerate(rest) if w == "--trl-arg"]
+        parse_trl_overrides(pairs, GRPOConfig())  # every --trl-arg is a trl.GRPOConfig field to_trl leaves free
+    serve = next(c for c in commands if c[:2] == ["trl", "vllm-serve"])
+    (script_args,) = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:])
+    assert script_args.model == "Qwen/Qwen2.5-0.5B-Instruct" and script_args.port == 8000  # the server URL above
+
+
+def test_several_processes_measure_no_accuracy(caplog):
+    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded)."""
+    from types import SimpleNamespace
+
+    h = KitHistory(GRPOConfig(), None, [{"prompt": "1+1=", "answer": "2"}], None)
+    h.on_train_begin(SimpleNamespace(world_size=2), None, None, model=None)
+    assert h.evals == [] and "not measured" in caplog.text
