@@ -127,5 +127,11 @@ def test_train_judge_cli_prints_held_out_agreement(tmp_path, capsys):
                                     f"device: cpu\nreward_funcs: ['learned:{out}']\n")
     m = next(train_loop(cfg))
     assert math.isfinite(m["rewards/learned_add2_judge/mean"])
+    # and judges pairs online: the same saved judge as a pairwise judge (advantage_estimator: pairwise)
+    cfg = GRPOConfig.from_yaml_text(f"steps: 1\nnum_prompts: 2\nnum_generations: 4\neval_size: 4\nthreads: 1\n"
+                                    f"device: cpu\nadvantage_estimator: pairwise\npairwise_judges: ['learned:{out}']\n")
+    m = next(train_loop(cfg))
+    assert math.isfinite(m["loss"]) and 0.0 <= m["pairwise/tie_frac"] <= 1.0
+    assert m["pairwise/position_bias"] == 0.0  # a scalar judge scores each completion once: no order to favour
     assert main(["train-judge", "--data", str(data), "--out", str(out), "--steps", "1"]) == 2  # not empty
     assert "is not empty" in capsys.readouterr().err
