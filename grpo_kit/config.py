@@ -153,6 +153,14 @@ class GRPOConfig:
     log_kl: bool = True
     """Compute and log KL to the reference even when beta == 0 (one extra forward per step)."""
 
+    lora: dict | None = None
+    """Train LoRA adapters instead of every weight (``lora.py``, peft): ``{"r": 8, "alpha": 16, "dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}``;
+    a key left out takes that default, ``{}`` takes them all. The reference policy is the same model with
+    the adapter switched off (no second copy of the weights); checkpoints hold the adapter, ``grpo-kit
+    export`` merges it into the weights. None = full fine-tuning. LoRA wants a larger ``learning_rate``
+    than full fine-tuning (the adapter starts at zero)."""
+
     # --- optimisation
     learning_rate: float = 3e-4
     """AdamW learning rate (the tiny model; a 0.5B model wants about 1e-6)."""
@@ -364,6 +372,9 @@ class GRPOConfig:
         need(self.micro_batch_size is None or B % self.micro_batch_size == 0, "micro_batch_size",
              f"must divide the batch B = {'samples_per_step' if self.samples_per_step else 'num_prompts*num_generations'}"
              f" = {B} (or None)")
+        from .lora import check_lora
+
+        check_lora(self.lora)  # keys, rank, alpha, dropout, target module names (checked against the model in setup)
         # hardware
         choice("device", ("auto", "cpu", "cuda"))
         if self.device == "cuda":
