@@ -17,6 +17,7 @@ memory estimator, ``memory.py``).
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -78,8 +79,7 @@ def add_lora(model: torch.nn.Module, lora: dict, adapter_name: str = "default"):
                           f"({type(model).__name__}); its linear modules are {have}")
     config = LoraConfig(r=s["r"], lora_alpha=s["alpha"], lora_dropout=float(s["dropout"]),
                         target_modules=list(s["target_modules"]), bias="none", task_type="CAUSAL_LM")
-    with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing once
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with _quiet_peft():
         return get_peft_model(model, config, adapter_name=adapter_name)
 
 
@@ -138,4 +138,13 @@ def merge_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Mo
     weights: a plain transformers model with W + (alpha / r) B A in each targeted layer."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    with _quiet_peft():
+        return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+
+
+@contextmanager
+def _quiet_peft():
+    """peft reads transformers' deprecated ``is_gradient_checkpointing`` when it wraps a model: not the user's concern."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
