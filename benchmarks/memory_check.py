@@ -92,7 +92,6 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: 
     import torch
     import transformers  # noqa: F401 - imported before the baseline, as a user's process has it
 
-    from grpo_kit.config import GRPOConfig
     from grpo_kit.tiny import build_tokenizer, load_model
     from grpo_kit.train import grpo_step, setup
 

@@ -6,8 +6,19 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.population import (add_variants, copy_variant, group_advantages, leader, naive_group_zscore, owners,
-                                 perturbed_copy, population_step, reset_pair, variant_scores, variant_weights)
+from grpo_kit.population import (
+    add_variants,
+    copy_variant,
+    group_advantages,
+    leader,
+    naive_group_zscore,
+    owners,
+    perturbed_copy,
+    population_step,
+    reset_pair,
+    variant_scores,
+    variant_weights,
+)
 from grpo_kit.train import setup
 
 S3 = math.sqrt(3) / 2  # (1 - 0.5) / std([1, 1, 0, 0]) with the unbiased std sqrt(1/3)
@@ -68,8 +79,8 @@ def test_one_population_step_trains_every_variant_and_a_reset_copies_the_best():
     moved = {name: any(not torch.equal(before[n], params[n]) for n in before if f".{name}." in n) for name in names}
     assert moved == {"default": True, "variant1": True}  # lengths differ within groups: every variant learns
     copy_variant(run.policy, "default", "variant1", 0.0, torch.Generator())
-    for n in params:
+    for n, w in params.items():
         if ".default." in n:
-            assert torch.equal(params[n], params[n.replace(".default.", ".variant1.")])
+            assert torch.equal(w, params[n.replace(".default.", ".variant1.")])
     run.score_sums = torch.tensor([0.2, -0.1])
     assert leader(run, names) == "default"
