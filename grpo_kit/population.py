@@ -3,8 +3,9 @@
 K LoRA adapters share one frozen base (peft named adapters). Every group of G completions is
 sampled by all of them, G / K each; the group-relative advantages are computed over the whole
 group, so the variants are compared on the same prompts. Each variant is updated on its own
-samples, its advantages scaled by K times its softmax weight: variants whose samples beat their
-group's mean get larger steps. Every ``reset_every`` steps the variant with the lowest score is
+samples with its learning rate scaled by K times its softmax weight: variants whose samples beat
+their group's mean take larger steps. (Scaling the variant's loss instead would change next to
+nothing: each variant has its own AdamW, which divides by the gradient's own scale.) Every ``reset_every`` steps the variant with the lowest score is
 replaced by a perturbed copy of the best one (the exploit/explore step of population-based
 training, Jaderberg et al. 2017, arXiv:1711.09846).
 
@@ -99,7 +100,7 @@ def add_variants(run, K: int) -> list[str]:
     return names
 
 
-def _activate(policy, name: str) -> None:
+def activate(policy, name: str) -> None:
     """Switch the adapter that runs (and trains) to ``name``."""
     policy.set_adapter(name)
     for n, p in policy.named_parameters():
@@ -108,8 +109,8 @@ def _activate(policy, name: str) -> None:
 
 def population_step(run, names: list[str], tau: float, reset_every: int, sigma: float) -> dict:
     """One step: P prompts; each of the K variants samples G / K completions of every prompt; rewards (P, G);
-    advantages (``cfg.scale_rewards``) over the whole group; each variant updated on its samples with its
-    advantages times K w_k; every ``reset_every`` steps the worst variant becomes a perturbed copy of the best."""
+    advantages (``cfg.scale_rewards``) over the whole group; each variant updated on its samples at K w_k times
+    its scheduled learning rate; every ``reset_every`` steps the worst variant becomes a perturbed copy of the best."""
     from .advantages import compute_advantages
     from .inference import columns_of
     from .judges import score_with_policy
@@ -123,7 +124,7 @@ def population_step(run, names: list[str], tau: float, reset_every: int, sigma: 
     prompts = [render_prompt(run.tokenizer, it["prompt"]) for it in items]
     parts, rewards = [], []
     for name in names:
-        _activate(policy, name)
+        activate(policy, name)
         ro = sample_groups(policy, run.tokenizer, prompts, G // K, cfg.max_completion_length, cfg.temperature,
                            run.sample_gen)
         r, _, _, _ = score_with_policy(run.reward_funcs, ro.prompts, ro.completions, columns_of(items, repeat=G // K))
@@ -134,13 +135,17 @@ def population_step(run, names: list[str], tau: float, reset_every: int, sigma: 
     scores = variant_scores(group_advantages(rewards), owners(G, K), K)  # (K,)
     weights = variant_weights(scores, tau)  # (K,)
     run.score_sums += scores
+    lrs = []
     for k, (name, ro) in enumerate(zip(names, parts)):
-        _activate(policy, name)
+        activate(policy, name)
         opt, sched = run.variant_optimizers[name]
+        for group in opt.param_groups:  # this update only: the scheduler sets the next unweighted rate
+            group["lr"] *= K * weights[k].item()
         cols = slice(k * (G // K), (k + 1) * (G // K))
-        train_step(policy, None, opt, ro, adv[:, cols] * (K * weights[k]), run.variant_cfg, sched)  # adv (P, G/K)
+        lrs.append(train_step(policy, None, opt, ro, adv[:, cols], run.variant_cfg, sched)["learning_rate"])
     run.step += 1
-    out = {"step": run.step, "reward": rewards.mean().item(), "weights": weights.tolist(), "scores": scores.tolist()}
+    out = {"step": run.step, "reward": rewards.mean().item(), "weights": weights.tolist(), "scores": scores.tolist(),
+           "learning_rates": lrs}
     if reset_every and run.step % reset_every == 0 and run.step < cfg.steps:  # the last period picks the leader
         worst, best = reset_pair(run.score_sums)
         if worst != best:

@@ -19,7 +19,7 @@ from grpo_kit.population import (
     variant_scores,
     variant_weights,
 )
-from grpo_kit.train import setup
+from grpo_kit.train import lr_lambda, setup
 
 S3 = math.sqrt(3) / 2  # (1 - 0.5) / std([1, 1, 0, 0]) with the unbiased std sqrt(1/3)
 
@@ -76,6 +76,9 @@ def test_one_population_step_trains_every_variant_and_a_reset_copies_the_best():
     before = {n: p.detach().clone() for n, p in params.items() if "lora_B" in n}
     m = population_step(run, names, tau=1.0, reset_every=0, sigma=0.1)
     assert len(m["weights"]) == 2 and sum(m["weights"]) == pytest.approx(1.0)
+    # each variant's step ran at K w_k times the scheduled rate (1e-2 at the first step)
+    assert m["learning_rates"] == pytest.approx([1e-2 * 2 * w for w in m["weights"]])
+    assert run.variant_optimizers["default"][0].param_groups[0]["lr"] == pytest.approx(1e-2 * lr_lambda(cfg)(1))
     moved = {name: any(not torch.equal(before[n], params[n]) for n in before if f".{name}." in n) for name in names}
     assert moved == {"default": True, "variant1": True}  # lengths differ within groups: every variant learns
     copy_variant(run.policy, "default", "variant1", 0.0, torch.Generator())
