@@ -153,3 +153,27 @@ def test_saved_adapter_loads_with_peft_and_merges_into_the_weights(tmp_path):
     assert type(merged).__name__ == "LlamaForCausalLM" and not any("lora" in n for n, _ in merged.named_parameters())
     assert not torch.allclose(trained, _logprobs(load_model("tiny")[0], ro, cfg), atol=1e-3)  # the adapter matters
     torch.testing.assert_close(_logprobs(merged, ro, cfg), trained, rtol=0, atol=1e-5)
+
+
+def test_lora_settings_read_from_yaml():
+    cfg = GRPOConfig.from_yaml_text("lora:\n  r: 4\n  target_modules: [q_proj, v_proj]\n")
+    assert cfg.lora == {"r": 4, "target_modules": ["q_proj", "v_proj"]}
+    assert GRPOConfig.from_yaml_text(cfg.to_yaml()).lora == cfg.lora
+    with pytest.raises(ConfigError, match="unknown key"):
+        GRPOConfig.from_yaml_text("lora: {rank: 4}")
+
+
+def test_lora_on_the_bf16_autocast_path():
+    """The CUDA code path on a CPU (bf16_on_cpu): the reference is still the base under the same autocast."""
+    from grpo_kit.step import autocast_for
+
+    cfg = GRPOConfig(**FAST, lora=LORA, beta=0.04, bf16=True, bf16_on_cpu=True, learning_rate=5e-3)
+    run = setup(cfg)
+    base, _ = load_model("tiny")
+    m = grpo_step(run)
+    assert all(torch.isfinite(torch.tensor(m[k])) for k in ("loss", "grad_norm", "kl"))
+    ro = _rollouts(run)
+    temps = row_temperatures(1.0, ro.num_prompts, ro.num_generations, "cpu").unsqueeze(-1)
+    slices = micro_slices(ro.completion_ids.shape[0], None)
+    ref, want = (batch_logprobs(mdl, ro, temps, slices, autocast_for("cpu", True, True), True) for mdl in (run.ref, base))
+    assert torch.equal(ref, want)
