@@ -90,6 +90,11 @@ def is_lora(model) -> bool:
     return isinstance(model, PeftModel)
 
 
+def weights_file(model) -> str:
+    """The file a checkpoint keeps ``model``'s trained weights in: the adapter's, or the whole model's."""
+    return ADAPTER_FILE if is_lora(model) else "model.safetensors"
+
+
 class AdapterOff:
     """The reference policy of a LoRA run: ``policy`` run with its adapter disabled, in eval mode.
 

@@ -493,7 +493,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
     name = f"step-{run.step:06d}"
     tmp, final = root / (name + ".tmp"), root / name
     shutil.rmtree(tmp, ignore_errors=True)
-    writing = tmp / (lora.ADAPTER_FILE if lora.is_lora(run.policy) else "model.safetensors")
+    writing = tmp / lora.weights_file(run.policy)
     try:
         run.policy.save_pretrained(tmp)
         writing = tmp / "tokenizer.json"
@@ -573,7 +573,8 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
     path = Path(path)
     try:
         state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
-        weights = load_file(path / (lora.ADAPTER_FILE if lora.is_lora(run.policy) else "model.safetensors"))
+        weights = load_file(path / lora.weights_file(run.policy)) if (path / lora.weights_file(run.policy)).exists() \
+            else None  # a LoRA checkpoint and a full one hold different files: the config check below says which
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
                               f"delete it or resume from an earlier one") from None
@@ -599,6 +600,9 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
         raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
                               f"resume with the same config or start a new output folder")
+    if weights is None:
+        raise CheckpointError(f"checkpoint {path} is unreadable (no {lora.weights_file(run.policy)}); "
+                              f"delete it or resume from an earlier one")
     try:
         if lora.is_lora(run.policy):
             lora.load_adapter_weights(run.policy, weights, path)

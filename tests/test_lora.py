@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.errors import ConfigError
+from grpo_kit.errors import CheckpointError, ConfigError
 from grpo_kit.logprobs import activation_checkpointing, completion_logprobs
 from grpo_kit.lora import AdapterOff, linear_module_names, merge_adapter
 from grpo_kit.memory import lora_parameter_count, model_shape
@@ -133,9 +133,9 @@ def test_checkpoint_resume_is_exact(tmp_path):
 def test_resume_with_other_lora_settings_is_refused(tmp_path):
     cfg = GRPOConfig(**{**FAST, "steps": 1}, lora=LORA)
     list(train(cfg, setup(cfg), out_dir=tmp_path))
-    other = cfg.replace(lora={**LORA, "r": 8})
-    with pytest.raises(Exception, match="different config"):
-        list(train(other, setup(other), out_dir=tmp_path, resume=True))
+    for other in (cfg.replace(lora={**LORA, "r": 8}), cfg.replace(lora=None)):
+        with pytest.raises(CheckpointError, match="different config .*lora: "):
+            list(train(other, setup(other), out_dir=tmp_path, resume=True))
 
 
 def test_saved_adapter_loads_with_peft_and_merges_into_the_weights(tmp_path):
