@@ -20,12 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def train_lora(steps: int, r: int, alpha: float, lr: float, seed: int, threads: int) -> dict:
+def train_lora(steps: int, r: int, alpha: float, lr: float, seed: int, threads: int, eval_size: int = 500) -> dict:
     from grpo_kit.config import GRPOConfig
     from grpo_kit.train import setup, train
 
     cfg = GRPOConfig(lora={"r": r, "alpha": alpha}, learning_rate=lr, steps=steps, seed=seed, eval_every=50,
-                     device="cpu", threads=threads, diagnose_every=0)
+                     device="cpu", threads=threads, diagnose_every=0, eval_size=eval_size)
     run = setup(cfg)
     t0 = time.time()
     for m in train(cfg, run):
@@ -59,16 +59,19 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--memory-cases", default="tiny", help="comma list of memory_check cases ('' = none)")
+    p.add_argument("--eval-size", type=int, default=500, help="held-out problems evaluated")
     args = p.parse_args(argv)
+    out = {}
     if args.steps:
         print(f"LoRA GRPO, r={args.r} alpha={args.alpha} lr={args.lr}, {args.steps} steps, seed {args.seed}:")
-        res = train_lora(args.steps, args.r, args.alpha, args.lr, args.seed, args.threads)
+        res = out["train"] = train_lora(args.steps, args.r, args.alpha, args.lr, args.seed, args.threads, args.eval_size)
         (_, base), (_, final) = res["evals"][0], res["evals"][-1]
         print(f"held-out greedy accuracy {base:.1%} -> {final:.1%} in {res['seconds']:.0f} s")
     cases = [c for c in args.memory_cases.split(",") if c]
     if cases:
         print("peak memory added by 2 GRPO steps (2 = AdamW state allocated):")
-        memory(cases, args.threads)
+        out["memory"] = memory(cases, args.threads)
+    return out
 
 
 if __name__ == "__main__":

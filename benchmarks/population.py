@@ -29,7 +29,7 @@ def config(method: str, seed: int, args):
     from grpo_kit.config import GRPOConfig
 
     common = {"steps": args.steps, "seed": seed, "eval_every": 0, "device": "cpu", "threads": args.threads,
-              "diagnose_every": 0, "log_kl": False}
+              "diagnose_every": 0, "log_kl": False, "eval_size": args.eval_size}
     if method == "full GRPO":
         return GRPOConfig(**common)
     return GRPOConfig(**common, lora={"r": 8, "alpha": 16}, learning_rate=args.lora_lr)
@@ -65,6 +65,7 @@ def main(argv=None):
     p.add_argument("--reset-every", type=int, default=10, help="steps between resets of the worst variant")
     p.add_argument("--sigma", type=float, default=0.1, help="perturbation: noise std relative to each tensor's std")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--eval-size", type=int, default=500, help="held-out problems evaluated")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {m: [] for m in METHODS}
@@ -82,6 +83,7 @@ def main(argv=None):
         v = results[m]
         sd = statistics.stdev(v) if len(v) > 1 else 0.0
         print(f"| {m} | {statistics.mean(v):.1%} ± {sd:.1%} | {', '.join(f'{x:.1%}' for x in v)} |")
+    return results
 
 
 if __name__ == "__main__":
