@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/memory_check.py                       # tiny + 2-layer slice + full 0.5B shape
     PYTHONPATH=. python benchmarks/memory_check.py --cases tiny,qwen2-0.5b-2layers --bf16
+    PYTHONPATH=. python benchmarks/memory_check.py --cases tiny --lora      # LoRA adapters (r 8, alpha 16)
 
 Each case runs in a fresh interpreter: import torch and transformers, note the RSS, build the
 model (the shipped tiny model, or a *randomly initialised* model with Qwen2-0.5B's shape from a
@@ -9,7 +10,10 @@ config written here: no download), run ``--steps`` GRPO steps with ``train.grpo_
 report the RSS high-water mark (``VmHWM``) minus the RSS before the model: the memory the run
 added. Before the baseline a toy model runs two steps through the same code, so that code
 pages, kernels and thread pools (about 130 MiB that a GPU's allocator never sees) are not
-counted; the peak is reset (``/proc/self/clear_refs``) after the baseline. The estimate uses
+counted; the peak is reset (``/proc/self/clear_refs``) after the baseline, and again once a random
+model is built (its initialisation briefly holds a second copy of the embedding, 0.5 GB at
+Qwen2's vocabulary: more than a LoRA run's training peak; the weights themselves stay counted,
+they are in the RSS). The estimate uses
 the prompt and completion widths the batches really had. The estimate is ``estimate_memory``'s peak for the same shape and settings (float32 on
 a CPU; ``--bf16`` runs the bf16 autocast path with ``bf16_on_cpu``). The full 0.5B case needs
 about 9 GB of free RAM (float32 weights 2 GB, gradients 2 GB, AdamW 4 GB).
@@ -65,12 +69,29 @@ def _status_kib(field: str) -> int:
         return next(int(l.split()[1]) for l in f if l.startswith(field + ":"))
 
 
-def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dict:
+LORA = {"r": 8, "alpha": 16}  # the --lora cases: every projection of every layer (lora.LORA_DEFAULTS)
+RETURN_FREED = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+"""glibc's malloc with a fixed mmap threshold: freed blocks of 64 KiB and more go back to the system at once.
+With glibc's default (a threshold that grows to the largest block freed so far) the tiny model's LoRA run
+keeps peft's freed per-layer temporaries (about 1 MiB each) on the heap, and its RSS high-water mark
+overstates the live memory by about 30 MiB (77 vs 47 MiB); ``--return-freed`` measures with this setting."""
+
+
+def case_config(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: bool = False):
+    """The GRPOConfig a case trains with; the estimate reads the same config (``memory.estimate_for_config``)."""
+    from grpo_kit.config import GRPOConfig
+
+    _, P, G, L = CASES[name]
+    return GRPOConfig(num_prompts=P, num_generations=G, max_completion_length=L, beta=beta, log_kl=False,
+                      device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0,
+                      learning_rate=1e-6, steps=steps, lora=LORA if lora else None)
+
+
+def measure(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: bool = False) -> dict:
     """Inside the child: run the case and return the memory it added (bytes)."""
     import torch
     import transformers  # noqa: F401 - imported before the baseline, as a user's process has it
 
-    from grpo_kit.config import GRPOConfig
     from grpo_kit.tiny import build_tokenizer, load_model
     from grpo_kit.train import grpo_step, setup
 
@@ -80,9 +101,9 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
     dynamic_mod = importlib.import_module("grpo_kit.dynamic")  # grpo_step samples through dynamic.sample_batch
 
     torch.set_num_threads(threads)
-    spec, P, G, L = CASES[name]
+    spec = CASES[name][0]
     tok = build_tokenizer()
-    warm_up_code(threads, bf16, spec != "tiny")  # load the code a step runs (its pages are RSS too), then measure from here
+    warm_up_code(threads, bf16, spec != "tiny", lora)  # load the code a step runs (its pages are RSS too), then measure from here
     base = _status_kib("VmRSS") * 1024
     reset_peak()
     shapes = {"prompt_len": 0, "completion_len": 0}
@@ -102,9 +123,8 @@ def measure(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dic
 
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(model_config(spec))
-    cfg = GRPOConfig(num_prompts=P, num_generations=G, max_completion_length=L, beta=beta, log_kl=False,
-                     device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0,
-                     learning_rate=1e-6, steps=steps)
+        reset_peak()  # random initialisation holds a second embedding for a moment; the weights stay in the RSS
+    cfg = case_config(name, steps, bf16, beta, threads, lora)
     run = setup(cfg, policy=model, tokenizer=tok)
     for _ in range(steps):
         grpo_step(run)
@@ -120,7 +140,7 @@ def reset_peak() -> None:
         pass
 
 
-def warm_up_code(threads: int, bf16: bool, qwen: bool) -> None:
+def warm_up_code(threads: int, bf16: bool, qwen: bool, lora: bool = False) -> None:
     """Two GRPO steps of a small model of the same class through the same code, then free it: code,
     kernels and thread pools are loaded before the baseline, as a long-running process has them."""
     import gc
@@ -137,7 +157,8 @@ def warm_up_code(threads: int, bf16: bool, qwen: bool) -> None:
         vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, tie_word_embeddings=True, attn_implementation="sdpa")) if qwen else load_model("tiny")[0]
     cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, log_kl=True, beta=0.04,
-                     device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0)
+                     device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0,
+                     lora=LORA if lora else None)
     run = setup(cfg, policy=model, tokenizer=tok)
     for _ in range(2):
         grpo_step(run)
@@ -147,27 +168,29 @@ def warm_up_code(threads: int, bf16: bool, qwen: bool) -> None:
 
 
 def estimate(name: str, bf16: bool, beta: float, prompt_len: int | None = None,
-             completion_len: int | None = None) -> dict:
+             completion_len: int | None = None, lora: bool = False) -> dict:
     """The estimate for a case; lengths default to the task's longest prompt and the length limit."""
-    from grpo_kit.memory import estimate_memory
+    from grpo_kit.memory import estimate_for_config
 
-    spec, P, G, L = CASES[name]
-    return estimate_memory(model_config(spec), P, G, prompt_len or prompt_length(), completion_len or L,
-                           bf16=bf16, beta=beta, log_kl=False, device="cpu")
+    cfg = case_config(name, 1, bf16, beta, 1, lora)
+    return estimate_for_config(cfg, model_config(CASES[name][0]), prompt_len or prompt_length(), completion_len,
+                               device="cpu")
 
 
-def run_case(name: str, steps: int, bf16: bool, beta: float, threads: int) -> dict:
+def run_case(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: bool = False,
+             env: dict | None = None) -> dict:
+    """Measure a case in a fresh interpreter (``env``: extra environment variables for it) and estimate it."""
     cmd = [sys.executable, __file__, "--_child", name, "--steps", str(steps), "--beta", str(beta),
-           "--threads", str(threads)] + (["--bf16"] if bf16 else [])
+           "--threads", str(threads)] + (["--bf16"] if bf16 else []) + (["--lora"] if lora else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", **(env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"memory case {name} failed:\n{out.stderr[-3000:]}")
     child = json.loads(out.stdout.strip().splitlines()[-1])
     measured = child["added_bytes"]
-    est = estimate(name, bf16, beta, child["prompt_len"], child["completion_len"])
-    return {"case": name, "bf16": bf16, "beta": beta, "measured_bytes": measured, "estimated_bytes": est["peak"],
+    est = estimate(name, bf16, beta, child["prompt_len"], child["completion_len"], lora)
+    return {"case": name, "bf16": bf16, "beta": beta, "lora": lora, "measured_bytes": measured, "estimated_bytes": est["peak"],
             "prompt_len": child["prompt_len"], "completion_len": child["completion_len"],
             "peak_at": est["peak_at"], "error": est["peak"] / measured - 1, "parts": est}
 
@@ -178,20 +201,23 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--steps", type=int, default=2, help="GRPO steps per case (the second one holds AdamW state)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on the CPU (bf16_on_cpu)")
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (a reference copy when != 0)")
+    p.add_argument("--lora", action="store_true", help=f"train LoRA adapters {LORA} instead of every weight")
+    p.add_argument("--return-freed", action="store_true", help=f"run the cases with {RETURN_FREED} (see RETURN_FREED)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child:
-        print(json.dumps(measure(args._child, args.steps, args.bf16, args.beta, args.threads)))
+        print(json.dumps(measure(args._child, args.steps, args.bf16, args.beta, args.threads, args.lora)))
         return []
     results = []
     for name in [c for c in args.cases.split(",") if c]:
         if name not in CASES:
             raise SystemExit(f"unknown case {name!r}: choose from {list(CASES)}")
-        r = run_case(name, args.steps, args.bf16, args.beta, args.threads)
+        r = run_case(name, args.steps, args.bf16, args.beta, args.threads, args.lora,
+                     RETURN_FREED if args.return_freed else None)
         results.append(r)
-        print(f"{name:20s} bf16={args.bf16!s:5s} measured {r['measured_bytes'] / 2**20:9.1f} MiB  "
+        print(f"{name:20s} bf16={args.bf16!s:5s} lora={args.lora!s:5s} measured {r['measured_bytes'] / 2**20:9.1f} MiB  "
               f"estimated {r['estimated_bytes'] / 2**20:9.1f} MiB (peak at {r['peak_at']})  error {r['error']:+.1%}",
               flush=True)
     if args.out:

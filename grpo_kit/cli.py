@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "that appeared first among the samples)")
     e.add_argument("--batch-size", type=_positive_int, default=512,
                    help="completions generated at once (lower it when memory is short; default 512)")
-    x = sub.add_parser("export", help="copy a run's latest model to a folder any HF/vLLM loader reads")
+    x = sub.add_parser("export", help="write a run's latest model (LoRA merged), tokenizer and generation config to a folder "
+                                          "that from_pretrained and vLLM load")
     x.add_argument("--run", required=True)
     x.add_argument("--to", required=True)
     x.add_argument("--overwrite", action="store_true", help="replace what is already in --to")
@@ -316,16 +317,24 @@ def cmd_eval(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Copy the latest checkpoint's model into ``--to``: built in a temp folder, then renamed into place."""
+    """The latest checkpoint's model into ``--to`` (see export.py), built in a temp folder, then renamed into place."""
     import os
 
+    import torch
+
+    from .export import vllm_command, write_export
     from .runfolder import check_path
-    from .train import latest_checkpoint
+    from .train import STATE_FILE, latest_checkpoint
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise UsageError(f"{args.run}: no checkpoints/latest; pass the --out folder of a finished run")
+    try:
+        run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
+    except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
+        raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
+                         f"checkpoint") from None
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
@@ -338,9 +347,7 @@ def cmd_export(args) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        for f in ckpt.iterdir():
-            if f.name != "trainer_state.pt":
-                shutil.copy2(f, tmp / f.name)
+        write_export(ckpt, tmp, run_config)  # weights (a LoRA adapter merged), tokenizer, generation_config.json
         if (run_dir / "config.yaml").is_file():
             shutil.copy2(run_dir / "config.yaml", tmp / "grpo_config.yaml")
         old = dest.parent / f".{dest.name}.old-{os.getpid()}"
@@ -354,7 +361,9 @@ def cmd_export(args) -> int:
         if is_disk_full(e):
             raise disk_full(e, dest, "nothing was exported") from e
         raise
-    print(f"exported {ckpt} -> {dest} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+    merged = " (LoRA adapter merged into the weights)" if run_config.get("lora") is not None else ""
+    print(f"exported {ckpt} -> {dest}{merged}; load it with AutoModelForCausalLM.from_pretrained and "
+          f"AutoTokenizer.from_pretrained, or serve it with vLLM:\n  {vllm_command(dest)}")
     return 0
 
 

@@ -206,6 +206,13 @@ class GRPOConfig:
     pairwise_temperature: float | None = None
     """Scalar pairwise judges (``learned:``, ``reward:``): None compares scores by sign (hard labels,
     equal scores tie); a temperature T > 0 gives soft Bradley-Terry labels tanh((s_i - s_j) / (2T))."""
+    lora: dict | None = None
+    """Train LoRA adapters instead of every weight (``lora.py``, peft): ``{"r": 8, "alpha": 16, "dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}``;
+    a key left out takes that default, ``{}`` takes them all. The reference policy is the same model with
+    the adapter switched off (no second copy of the weights); checkpoints hold the adapter, ``grpo-kit
+    export`` merges it into the weights. None = full fine-tuning. LoRA wants a larger ``learning_rate``
+    than full fine-tuning (the adapter starts at zero)."""
 
     # --- optimisation
     learning_rate: float = 3e-4
@@ -428,6 +435,9 @@ class GRPOConfig:
         need(self.micro_batch_size is None or B % self.micro_batch_size == 0, "micro_batch_size",
              f"must divide the batch B = {'samples_per_step' if self.samples_per_step else 'num_prompts*num_generations'}"
              f" = {B} (or None)")
+        from .lora import check_lora
+
+        check_lora(self.lora)  # keys, rank, alpha, dropout, target module names (checked against the model in setup)
         # hardware
         choice("device", ("auto", "cpu", "cuda"))
         if self.device == "cuda":

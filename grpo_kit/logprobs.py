@@ -96,7 +96,9 @@ def entropy_from_logits(logits: torch.Tensor, temperature=1.0, chunk_elements: i
 
 
 def activation_checkpointing(model) -> bool:
-    """Whether the model recomputes activations in backward (transformers 5 renamed the flag)."""
+    """Whether the model recomputes activations in backward (transformers 5 renamed the flag); a peft
+    model (LoRA) answers for the transformers model it wraps."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), name) or name in getattr(model, "__dict__", {}):
             return bool(getattr(model, name))

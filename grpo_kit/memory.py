@@ -192,6 +192,26 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
     return part
 
 
+def estimate_for_config(cfg, model_config, prompt_len: int, completion_len: int | None = None,
+                        device: str | None = None) -> dict[str, int]:
+    """:func:`estimate_memory` for a ``GRPOConfig``: P, G, micro-batch, bf16, the KL reference, updates per
+    batch, checkpointing, prompt sharing and LoRA (``cfg.lora``'s r and target modules) come from ``cfg``;
+    ``completion_len`` defaults to ``max_completion_length``, ``device`` to where ``cfg`` trains."""
+    import torch
+
+    from .lora import lora_settings
+
+    if device is None:
+        device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+    lora = lora_settings(cfg.lora) if cfg.lora is not None else None
+    return estimate_memory(model_config, cfg.num_prompts, cfg.num_generations, prompt_len,
+                           completion_len or cfg.max_completion_length, micro_batch=cfg.micro_batch_size,
+                           bf16=cfg.bf16 and (device == "cuda" or cfg.bf16_on_cpu), beta=cfg.beta, log_kl=cfg.log_kl,
+                           num_iterations=cfg.num_iterations, gradient_checkpointing=cfg.gradient_checkpointing,
+                           share_prompt=cfg.share_prompt_prefix, lora_r=lora["r"] if lora else None,
+                           lora_targets=tuple(lora["target_modules"]) if lora else LORA_TARGETS, device=device)
+
+
 def suggest_micro_batch(memory_bytes: float, config, P: int, G: int, prompt_len: int, completion_len: int,
                         **kw) -> int | None:
     """The largest micro-batch (a divisor of B = P*G) whose estimated peak fits ``memory_bytes``;

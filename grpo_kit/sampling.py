@@ -62,10 +62,12 @@ def row_temperatures(temperature, P: int, G: int, device) -> torch.Tensor:
 
 
 def cache_argument(model) -> str:
-    """The forward argument that takes the key-value cache (``cache`` from transformers 5.2x on)."""
+    """The forward argument that takes the key-value cache (``cache`` from transformers 5.2x on); a peft
+    model (LoRA) passes it on to the transformers model it wraps, whose signature decides."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def new_cache(model):

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import beyond_scalar, dynamic, replay, schedules
+from . import beyond_scalar, dynamic, lora, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 class Run:
     cfg: GRPOConfig
     policy: torch.nn.Module
-    ref: torch.nn.Module | None
+    ref: torch.nn.Module | None      # a frozen copy, or lora.AdapterOff(policy) with cfg.lora
     tokenizer: object
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -121,9 +121,11 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
         policy, tokenizer = load_model(cfg.model, device)
     if cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
+    if cfg.lora is not None:  # train adapters; the reference is the same weights with the adapter off
+        policy = lora.add_lora(policy, cfg.lora)
     ref = None
     if cfg.beta != 0.0 or cfg.log_kl:
-        ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        ref = lora.AdapterOff(policy) if cfg.lora is not None else copy.deepcopy(policy).eval().requires_grad_(False)
     opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate,
                             weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
@@ -511,7 +513,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
     name = f"step-{run.step:06d}"
     tmp, final = root / (name + ".tmp"), root / name
     shutil.rmtree(tmp, ignore_errors=True)
-    writing = tmp / "model.safetensors"
+    writing = tmp / lora.weights_file(run.policy)
     try:
         run.policy.save_pretrained(tmp)
         writing = tmp / "tokenizer.json"
@@ -592,7 +594,8 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
     path = Path(path)
     try:
         state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
-        weights = load_file(path / "model.safetensors")
+        weights = load_file(path / lora.weights_file(run.policy)) if (path / lora.weights_file(run.policy)).exists() \
+            else None  # a LoRA checkpoint and a full one hold different files: the config check below says which
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
                               f"delete it or resume from an earlier one") from None
@@ -618,8 +621,15 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
         raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
                               f"resume with the same config or start a new output folder")
+    if weights is None:
+        raise CheckpointError(f"checkpoint {path} is unreadable (no {lora.weights_file(run.policy)}); "
+                              f"delete it or resume from an earlier one")
     try:
-        missing, unexpected = run.policy.load_state_dict(weights, strict=False)
+        if lora.is_lora(run.policy):
+            lora.load_adapter_weights(run.policy, weights, path)
+            missing, unexpected = [], []
+        else:
+            missing, unexpected = run.policy.load_state_dict(weights, strict=False)
         if [m for m in missing if "lm_head" not in m] or unexpected:
             raise CheckpointError(f"checkpoint {path} does not fit the model "
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")

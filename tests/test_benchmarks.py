@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
-from benchmarks import bench_step, gpu_check, sweep  # noqa: E402
+from benchmarks import bench_step, gpu_check, lora_check, population, sweep  # noqa: E402
 
 TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
 
@@ -52,3 +52,17 @@ def test_gpu_check_runs_its_checks_on_cpu(tmp_path):
         assert r["ok"], r["checks"]
         assert r["first_update_max_logp_diff"] == 0.0 and r["resume_max_weight_diff"] == 0.0
         assert r["peak_memory_bytes"] > 0 and r["estimated_peak_bytes"] > 0
+
+
+def test_lora_check_trains_and_reports_accuracy(capsys):
+    res = lora_check.main(["--steps", "2", "--eval-size", "10", "--memory-cases", ""])
+    assert [s for s, _ in res["train"]["evals"]] == [0, 2] and "memory" not in res
+    assert "held-out greedy accuracy" in capsys.readouterr().out
+
+
+def test_population_benchmark_prints_a_table_over_seeds(capsys):
+    res = population.main(["--steps", "1", "--seeds", "0,1", "--eval-size", "10", "--reset-every", "1"])
+    assert set(res) == set(population.METHODS) and all(len(v) == 2 for v in res.values())
+    out = capsys.readouterr().out
+    assert all(f"| {m} | " in out for m in population.METHODS)
+    assert out.count("(128 completions") == 6  # 1 step x 16 prompts x 8 for every method and seed: the same budget

@@ -82,3 +82,29 @@ def test_estimate_within_25_percent_of_measured_peak_rss_qwen2_shape_slice():
     """Two layers of Qwen2-0.5B's shape with its full vocabulary (~3.7 GB: embeddings, AdamW, logits)."""
     r = memory_check.run_case("qwen2-0.5b-2layers", steps=2, bf16=False, beta=0.0, threads=1)
     assert abs(r["error"]) < 0.25, r
+
+
+def test_estimate_for_config_reads_lora_rank_and_targets_from_the_config():
+    from grpo_kit.config import GRPOConfig
+    from grpo_kit.memory import estimate_for_config
+
+    cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, beta=0.04, device="cpu",
+                     lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
+    e = estimate_for_config(cfg, TOY, prompt_len=3)
+    # 56 adapter parameters (test_toy_shape_by_hand); the reference is the adapter off: no copy
+    assert (e["reference"], e["gradients"], e["optimizer"]) == (0, 4 * 56, 8 * 56)
+    assert e == estimate_memory(TOY, 1, 2, 3, 2, beta=0.04, log_kl=True, lora_r=2, lora_targets=("q_proj", "v_proj"),
+                                device="cpu")
+    full = estimate_for_config(cfg.replace(lora=None), TOY, prompt_len=3)
+    assert (full["reference"], full["gradients"]) == (4 * 348, 4 * 348)
+
+
+def test_lora_estimate_within_25_percent_of_measured_peak_rss_tiny_model():
+    """Measured with freed blocks returned to the system (``memory_check.RETURN_FREED``): with glibc's
+    default, peft's freed temporaries stay on the heap and the high-water mark overstates live memory."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("peak RSS is read from /proc (Linux)")
+    r = memory_check.run_case("tiny", steps=2, bf16=False, beta=0.0, threads=1, lora=True,
+                              env=memory_check.RETURN_FREED)
+    assert r["parts"]["gradients"] == 4 * 81_920  # r 8 on the 7 projections of 4 layers (test_lora.py counts them)
+    assert abs(r["error"]) < 0.25, r

@@ -1,0 +1,179 @@
+"""LoRA GRPO (lora.py): the reference is the base model exactly, with no second copy of the weights;
+config errors; exact checkpoint resume; adapters saved, loaded and merged."""
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grpo_kit.config import GRPOConfig
+from grpo_kit.errors import CheckpointError, ConfigError
+from grpo_kit.logprobs import activation_checkpointing, completion_logprobs
+from grpo_kit.lora import AdapterOff, linear_module_names, merge_adapter
+from grpo_kit.memory import lora_parameter_count, model_shape
+from grpo_kit.sampling import row_temperatures, sample_groups
+from grpo_kit.step import batch_logprobs, micro_slices
+from grpo_kit.tiny import load_model
+from grpo_kit.train import grpo_step, latest_checkpoint, setup, train
+
+FAST = {"num_prompts": 2, "num_generations": 4, "eval_size": 8, "eval_every": 0, "device": "cpu", "threads": 1, "steps": 4}
+LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+
+
+def _logprobs(model, rollouts, cfg):
+    temps = row_temperatures(cfg.temperature, rollouts.num_prompts, rollouts.num_generations, "cpu").unsqueeze(-1)
+    return batch_logprobs(model, rollouts, temps, micro_slices(rollouts.completion_ids.shape[0], None),
+                          torch.no_grad(), share_prompt=True)  # (B, Tc)
+
+
+def _rollouts(run):
+    prompts = [it["prompt"] for it in run.train_items[:2]]
+    return sample_groups(run.policy, run.tokenizer, prompts, 4, 8, generator=torch.Generator().manual_seed(3))
+
+
+def test_reference_log_probs_equal_the_base_models_before_and_after_updates():
+    cfg = GRPOConfig(**FAST, lora=LORA, beta=0.04, learning_rate=5e-3)
+    run = setup(cfg)
+    base, _ = load_model("tiny")
+    assert isinstance(run.ref, AdapterOff) and run.ref.policy is run.policy
+    ro = _rollouts(run)
+    assert torch.equal(_logprobs(run.ref, ro, cfg), _logprobs(base, ro, cfg))
+    for _ in range(3):
+        m = grpo_step(run)
+    assert m["kl"] > 0  # the policy moved away from the reference ...
+    assert not torch.allclose(_logprobs(run.policy, ro, cfg), _logprobs(base, ro, cfg))
+    assert torch.equal(_logprobs(run.ref, ro, cfg), _logprobs(base, ro, cfg))  # ... which is still the base, bit for bit
+
+
+def test_the_reference_holds_no_weights_of_its_own():
+    run = setup(GRPOConfig(**FAST, lora=LORA, log_kl=True))
+    base_n = 865_792  # the tiny model (test_memory checks parameter_count against it)
+    # adapters: r (in + out) per target per layer = 4 layers x 4 x ((128+128) + (128+128) + (384+128)) = 16384
+    adapter_n = 4 * 4 * (256 + 256 + 512)
+    assert adapter_n == lora_parameter_count(model_shape(run.policy.config), 4, LORA["target_modules"]) == 16_384
+    params = list(run.policy.parameters())
+    assert len({p.data_ptr() for p in params}) == len(params)
+    assert sum(p.numel() for p in params) == base_n + adapter_n  # one copy of the base in the whole run
+    assert sum(p.numel() for p in params if p.requires_grad) == adapter_n
+    assert sum(p.numel() for g in run.optimizer.param_groups for p in g["params"]) == adapter_n
+    assert vars(run.ref) == {"policy": run.policy}  # the reference is a view of the policy, nothing more
+    ro = _rollouts(run)
+    before = _logprobs(run.ref, ro, run.cfg)
+    with torch.no_grad():  # a change to the policy's base weights is a change to the reference
+        run.policy.get_base_model().model.layers[0].mlp.up_proj.weight.mul_(2)
+    assert not torch.equal(_logprobs(run.ref, ro, run.cfg), before)
+
+
+def test_reference_forward_keeps_the_policy_mode_and_skips_dropout():
+    run = setup(GRPOConfig(**FAST, lora={**LORA, "dropout": 0.5}, log_kl=True))
+    ro = _rollouts(run)
+    run.policy.train()
+    a, b = _logprobs(run.ref, ro, run.cfg), _logprobs(run.ref, ro, run.cfg)
+    assert torch.equal(a, b) and run.policy.training
+
+
+@pytest.mark.parametrize("lora, words", [
+    ({"rank": 8}, "unknown key(s) ['rank']"),
+    ({"r": 0}, "r=0 must be a whole number >= 1"),
+    ({"alpha": -1}, "alpha=-1 must be a finite number > 0"),
+    ({"dropout": 1.0}, "dropout=1.0 must be a number in [0, 1)"),
+    ({"target_modules": []}, "must be a non-empty list"),
+    ([8], "must be a mapping"),
+])
+def test_bad_lora_settings_are_named(lora, words):
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(lora=lora).validate()
+    assert words in str(e.value)
+
+
+def test_unknown_target_module_lists_the_models_linear_modules():
+    model, _ = load_model("tiny")
+    assert linear_module_names(model) == ["down_proj", "gate_proj", "k_proj", "lm_head", "o_proj", "q_proj",
+                                          "up_proj", "v_proj"]
+    with pytest.raises(ConfigError) as e:
+        setup(GRPOConfig(**FAST, lora={"target_modules": ["q_proj", "c_attn"]}))
+    assert "['c_attn'] are not linear modules" in str(e.value) and "'down_proj', 'gate_proj'" in str(e.value)
+
+
+def test_lora_with_gradient_checkpointing_gets_the_same_gradients():
+    grads = []
+    for ckpt in (False, True):
+        run = setup(GRPOConfig(**FAST, lora=LORA, gradient_checkpointing=ckpt, log_kl=False))
+        ro = _rollouts(run)
+        run.policy.train()
+        assert activation_checkpointing(run.policy) == ckpt  # seen through the peft wrapper
+        lp, _ = completion_logprobs(run.policy, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                    ro.completion_mask, 1.0)
+        ((lp * ro.completion_mask).sum()).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in run.policy.parameters() if p.requires_grad]))
+    assert grads[0].abs().sum() > 0
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def _adapter(ckpt):
+    return load_file(ckpt / "adapter_model.safetensors")
+
+
+def test_checkpoint_resume_is_exact(tmp_path):
+    cfg = GRPOConfig(**FAST, lora={**LORA, "dropout": 0.1}, learning_rate=5e-3, checkpoint_every=2, beta=0.04)
+    straight = setup(cfg)
+    list(train(cfg, straight, out_dir=tmp_path / "straight"))
+    cut = setup(cfg)
+    list(train(cfg, cut, out_dir=tmp_path / "cut", should_stop=lambda: cut.step >= 2))
+    assert cut.step == 2 and (tmp_path / "cut/checkpoints/step-000002/adapter_config.json").is_file()
+    assert not (tmp_path / "cut/checkpoints/step-000002/model.safetensors").exists()  # the adapter only
+    resumed = setup(cfg)
+    list(train(cfg, resumed, out_dir=tmp_path / "cut", resume=True))
+    a, b = _adapter(latest_checkpoint(tmp_path / "straight")), _adapter(latest_checkpoint(tmp_path / "cut"))
+    assert a.keys() == b.keys() and len(a) == 4 * 3 * 2
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], _adapter(tmp_path / "cut/checkpoints/step-000002")[k]) for k in a)
+    sa, sb = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert all(torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+
+
+def test_resume_with_other_lora_settings_is_refused(tmp_path):
+    cfg = GRPOConfig(**{**FAST, "steps": 1}, lora=LORA)
+    list(train(cfg, setup(cfg), out_dir=tmp_path))
+    for other in (cfg.replace(lora={**LORA, "r": 8}), cfg.replace(lora=None)):
+        with pytest.raises(CheckpointError, match="different config .*lora: "):
+            list(train(other, setup(other), out_dir=tmp_path, resume=True))
+
+
+def test_saved_adapter_loads_with_peft_and_merges_into_the_weights(tmp_path):
+    cfg = GRPOConfig(**{**FAST, "steps": 2}, lora=LORA, learning_rate=5e-2)
+    run = setup(cfg)
+    list(train(cfg, run, out_dir=tmp_path))
+    ckpt = latest_checkpoint(tmp_path)
+    ro = _rollouts(run)
+    trained = _logprobs(run.policy, ro, cfg)
+    from peft import PeftModel
+
+    loaded = PeftModel.from_pretrained(load_model("tiny")[0], str(ckpt))
+    assert torch.equal(_logprobs(loaded, ro, cfg), trained)
+    merged = merge_adapter(load_model("tiny")[0], ckpt)
+    assert type(merged).__name__ == "LlamaForCausalLM" and not any("lora" in n for n, _ in merged.named_parameters())
+    assert not torch.allclose(trained, _logprobs(load_model("tiny")[0], ro, cfg), atol=1e-3)  # the adapter matters
+    torch.testing.assert_close(_logprobs(merged, ro, cfg), trained, rtol=0, atol=1e-5)
+
+
+def test_lora_settings_read_from_yaml():
+    cfg = GRPOConfig.from_yaml_text("lora:\n  r: 4\n  target_modules: [q_proj, v_proj]\n")
+    assert cfg.lora == {"r": 4, "target_modules": ["q_proj", "v_proj"]}
+    assert GRPOConfig.from_yaml_text(cfg.to_yaml()).lora == cfg.lora
+    with pytest.raises(ConfigError, match="unknown key"):
+        GRPOConfig.from_yaml_text("lora: {rank: 4}")
+
+
+def test_lora_on_the_bf16_autocast_path():
+    """The CUDA code path on a CPU (bf16_on_cpu): the reference is still the base under the same autocast."""
+    from grpo_kit.step import autocast_for
+
+    cfg = GRPOConfig(**FAST, lora=LORA, beta=0.04, bf16=True, bf16_on_cpu=True, learning_rate=5e-3)
+    run = setup(cfg)
+    base, _ = load_model("tiny")
+    m = grpo_step(run)
+    assert all(torch.isfinite(torch.tensor(m[k])) for k in ("loss", "grad_norm", "kl"))
+    ro = _rollouts(run)
+    temps = row_temperatures(1.0, ro.num_prompts, ro.num_generations, "cpu").unsqueeze(-1)
+    slices = micro_slices(ro.completion_ids.shape[0], None)
+    ref, want = (batch_logprobs(mdl, ro, temps, slices, autocast_for("cpu", True, True), True) for mdl in (run.ref, base))
+    assert torch.equal(ref, want)
