@@ -69,7 +69,7 @@ def add_lora(model: torch.nn.Module, lora: dict, adapter_name: str = "default"):
     trainable (A random from torch's generator, B zero: the wrapped model computes what ``model`` did).
 
     A target module name the model lacks is a ConfigError that lists the model's linear module names."""
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
     s = lora_settings(lora)
     have = linear_module_names(model)
@@ -77,10 +77,18 @@ def add_lora(model: torch.nn.Module, lora: dict, adapter_name: str = "default"):
     if missing:
         raise ConfigError(f"GRPOConfig.lora target_modules {missing} are not linear modules of this model "
                           f"({type(model).__name__}); its linear modules are {have}")
-    config = LoraConfig(r=s["r"], lora_alpha=s["alpha"], lora_dropout=float(s["dropout"]),
-                        target_modules=list(s["target_modules"]), bias="none", task_type="CAUSAL_LM")
     with _quiet_peft():
-        return get_peft_model(model, config, adapter_name=adapter_name)
+        return get_peft_model(model, peft_config(lora), adapter_name=adapter_name)
+
+
+def peft_config(lora: dict):
+    """``GRPOConfig.lora`` as a peft ``LoraConfig`` (what ``add_lora`` applies, and what ``--engine trl``
+    hands to TRL's ``GRPOTrainer(peft_config=...)``, whose reference is also the adapter switched off)."""
+    from peft import LoraConfig
+
+    s = lora_settings(lora)
+    return LoraConfig(r=s["r"], lora_alpha=s["alpha"], lora_dropout=float(s["dropout"]),
+                      target_modules=list(s["target_modules"]), bias="none", task_type="CAUSAL_LM")
 
 
 def is_lora(model) -> bool:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .. import lora
 from ..config import GRPOConfig
 from ..errors import ConfigError
 
@@ -256,7 +257,8 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
     history = KitHistory(cfg, tokenizer, eval_items, out_dir, quiet)
     trainer = trl.GRPOTrainer(model=policy, reward_funcs=get_reward_funcs(cfg.reward_funcs), args=args,
                               train_dataset=Dataset.from_list(train_items), processing_class=tokenizer,
-                              callbacks=[history])
+                              callbacks=[history],
+                              peft_config=lora.peft_config(cfg.lora) if cfg.lora is not None else None)
     from transformers import PrinterCallback, ProgressCallback
 
     for printer in (PrinterCallback, ProgressCallback):  # they print every log dict; KitHistory shows a bar by kit step
