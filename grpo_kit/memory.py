@@ -21,7 +21,9 @@ The parts (bytes), following what ``train.setup`` and ``step.train_step`` hold:
   stream stays float32), h hidden, I MLP width, q = heads x head_dim, kv = KV heads x head_dim;
   with gradient checkpointing one float32 layer input per layer plus one layer's full set.
   The shared-prompt forward (``share_prompt_prefix``) runs P*Tp + B*Tc tokens and keeps the
-  prompt's key-value cache repeated for each completion.
+  prompt's key-value cache repeated for each completion. Every row is counted as distinct: with
+  ``dedupe_completions`` a batch whose groups repeat answers forwards fewer rows, so the estimate
+  is what a batch of all-different completions needs (the one to plan for).
 - ``logits``: the (b, Tc, V) logits of one micro-batch in the dtype the step uses (bf16 under
   autocast, float32 otherwise), their gradient, and the float32 log-softmax copies: the whole
   tensor in float32, or one chunk (``logprobs.LOGSOFTMAX_CHUNK``) for bf16 logits.
