@@ -170,7 +170,8 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
         "bf16_weight_copies": 2 * (n_params - (0 if s.tied else s.vocab * s.hidden)) if bf16 else 0,
     }
     shared = share_prompt and G > 1 and not gradient_checkpointing and b % G == 0
-    tokens = (b // G) * prompt_len + b * completion_len if shared else b * (prompt_len + completion_len)
+    # shared: P prompts once, then the completion tokens but the last (it predicts nothing: logprobs.completion_logits)
+    tokens = (b // G) * prompt_len + b * max(completion_len - 1, 0) if shared else b * (prompt_len + completion_len)
     acts = activation_bytes(s, tokens, bf16, gradient_checkpointing, lora_r or 0, lora_targets)
     if shared:  # the prompt's cache, repeated for each of the b rows, is kept for backward
         acts += kv_cache_bytes(s, b, prompt_len, bf16)

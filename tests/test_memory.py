@@ -73,7 +73,9 @@ def test_suggest_micro_batch_is_the_largest_divisor_that_fits():
 def test_estimate_within_25_percent_of_measured_peak_rss_tiny_model():
     if not Path("/proc/self/status").exists():
         pytest.skip("peak RSS is read from /proc (Linux)")
-    r = memory_check.run_case("tiny", steps=2, bf16=False, beta=0.0, threads=1)
+    # freed blocks go back to the system (memory_check.RETURN_FREED): with glibc's default, the heap the
+    # warm-up freed is reused without raising RSS, and the measured peak varied from 43 to 59 MiB between runs
+    r = memory_check.run_case("tiny", steps=2, bf16=False, beta=0.0, threads=1, env=memory_check.RETURN_FREED)
     assert abs(r["error"]) < 0.25, r
 
 
