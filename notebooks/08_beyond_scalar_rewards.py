@@ -69,7 +69,7 @@ from grpo_kit import beyond_scalar, learned_judge
 from grpo_kit.advantages import compute_advantages, pairwise_winrate, rank_based
 from grpo_kit.config import GRPOConfig
 from grpo_kit.dashboard import Dashboard
-from grpo_kit.inference import columns_of
+from grpo_kit.inference import columns_of, greedy_accuracy
 from grpo_kit.judges import exact_answer
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
@@ -313,6 +313,36 @@ if SMOKE:
 display(Markdown(findings))
 record("findings_text", findings)
 
+# %% [markdown]
+# A learned judge is a model, and a policy trained against a model can find answers the model
+# likes that are wrong (reward hacking, notebook 06). We check it on the `pairwise_learned` runs:
+# the judge's mean score of the greedy answers to the held-out problems, and their accuracy,
+# before and after training.
+
+# %%
+judge_fn = learned_judge.learned_reward(JUDGE_DIR)
+
+
+def judged(policy, run):
+    """(mean judge score, accuracy, a few (answer, right, score)) of greedy answers to the held-out problems."""
+    acc, texts, right = greedy_accuracy(policy, run.tokenizer, run.eval_items, run.cfg.max_completion_length,
+                                        return_completions=True)
+    scores = judge_fn([it["prompt"] for it in run.eval_items], texts)
+    return float(np.mean(scores)), acc, list(zip(texts[:6], right[:6], np.round(scores[:6], 2).tolist()))
+
+
+hack = {}
+for s in SEEDS:
+    run = runs["pairwise_learned", s]
+    (b_score, b_acc, _), (f_score, f_acc, examples) = judged(bases["tiny"][0], run), judged(run.policy, run)
+    hack[s] = dict(base_score=b_score, final_score=f_score, base_acc=b_acc, final_acc=f_acc)
+    print(f"seed {s}: judge score {b_score:+.2f} -> {f_score:+.2f}, accuracy {b_acc:.1%} -> {f_acc:.1%}; "
+          f"final answers (text, right, score): {examples[:4]}")
+hacked = [s for s, h in hack.items() if h["final_score"] > h["base_score"] and h["final_acc"] < h["base_acc"]]
+print(f"the judge's score rose while accuracy fell for {len(hacked)} of {len(SEEDS)} seeds"
+      + (": the policy learned what the judge likes, not what is right" if hacked else ""))
+record("learned_judge_hacking", {str(s): h for s, h in hack.items()})
+
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(13, 4), constrained_layout=True)
 for c, n in enumerate(VARIANTS):
@@ -356,6 +386,14 @@ for n, h in hybrid.items():
           f"group share {h['advantages/group_share']:.2f}; value loss {h['value/loss']:.3f}, "
           f"explained variance {h['value/explained_variance']:.2f}")
 record("hybrid_group_share", {n: h["advantages/group_share"] for n, h in hybrid.items()})
+for n, h in hybrid.items():
+    w = float(n.split("w")[-1])
+    ratio = h["advantages/gae_std"] / h["advantages/group_std"]
+    close = abs(h["advantages/group_share"] - w) < 0.05
+    print(f"{n}: the group term is {h['advantages/group_share']:.0%} of the advantage for w = {w:.0%}: "
+          + ("about w, because" if close else "not w, because") + f" the GAE term's std is {ratio:.2f}x the group "
+          f"term's" + (" (a value head that explains little of the return leaves GAE about r - V, on the reward's"
+                       " scale)" if close and h["value/explained_variance"] < 0.2 else ""))
 
 
 def share_figure(w_now, which):
