@@ -32,8 +32,9 @@
 #    read the table honestly: a difference counts only where the spread between seeds allows it.
 # 4. What the GAE mix weight w means once the two terms are on their own scales.
 #
-# **Time**: about 6 minutes on 2 quiet CPU cores with the full parameters (a learned judge and
-# 21 training runs); `SMOKE=True` runs every cell in about 30 s.
+# **Time**: 7 minutes headless with the full parameters (a learned judge and 21 training runs,
+# one thread, measured on 2 CPU cores shared with other work); `SMOKE=True` runs every cell in
+# 20 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
@@ -360,10 +361,11 @@ plt.show()
 # %% [markdown]
 # ## 5. What the GAE mix weight means after normalisation
 #
-# `hybrid_gae` adds two terms on **different scales**: the group term r_i - mean_g r (reward
-# units, std about 0.5 in a group with signal) and GAE from the value head (also reward units,
-# but it shrinks as the head learns to predict the reward). So w is not the share of the
-# advantage that comes from the group. The loop logs the share it actually has,
+# `hybrid_gae` adds two terms that need not be on the same scale: the group term r_i - mean_g r
+# (reward units, std at most 0.5 for 0/1 rewards; with `scale_rewards='group'` a z-score, std 1)
+# and GAE from the value head (reward units, shrinking as the head learns to predict the
+# reward). So w is the share of the advantage that comes from the group only when the two stds
+# are equal. The loop logs the share it actually has,
 #
 # $$\text{group share} = \frac{w\, s_{grp}}{w\, s_{grp} + (1 - w)\, s_{gae}},$$
 #
@@ -529,8 +531,8 @@ print(f"notebook ran in {time.time() - T0:.0f} s")
 #         out.append((score, end))
 #     return out
 #
-# cfg = GRPOConfig(**COMMON, **SCRATCHPAD, advantage_estimator="process", steps=20)
-# cfg.step_judge = lenient_steps        # a callable works where a name does
+# cfg = GRPOConfig(**{**COMMON, "steps": 20}, **SCRATCHPAD, advantage_estimator="process",
+#                  step_judge=lenient_steps)  # a callable works where a name does
 # run = setup(cfg, policy=copy.deepcopy(bases["tiny-add2s"][0]), tokenizer=bases["tiny-add2s"][1])
 # list(train(cfg, run))
 # ```
