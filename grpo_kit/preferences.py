@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 import torch
 
 from .errors import DataError, GRPOKitError, RewardError
-from .judges import _name, _weights, agreement, final_answer, numbers_match, parse_number, score
+from .judges import _name, _weights, agreement, numbers_match, parse_answer, parse_number, score
 from .tasks import _fail, read_jsonl
 
 Rule = Callable[..., float]
@@ -292,19 +292,22 @@ def rule_from_scalar(judge, temperature: float | None = None, **fixed) -> Rule:
     return rule
 
 
-def correctness_rule(prompt: str, a: str, b: str, answer, **_) -> float:
-    """+1 when only a's final answer is right, -1 when only b's is, 0 otherwise (a tie)."""
+def correctness_rule(prompt: str, a: str, b: str, answer, reverse_digits=None, scratchpad=None, **_) -> float:
+    """+1 when only a's final answer is right, -1 when only b's is, 0 otherwise (a tie).
+
+    Answers are read as ``judges.parse_answer`` reads them: in the arithmetic tasks' digit order
+    when the item has ``reverse_digits`` (and after ``|`` with ``scratchpad``), else from free text."""
     want = parse_number(str(answer))
-    ok_a, ok_b = numbers_match(final_answer(a), want), numbers_match(final_answer(b), want)
+    ok_a, ok_b = (numbers_match(parse_answer(x, reverse_digits, scratchpad), want) for x in (a, b))
     return float(ok_a) - float(ok_b)
 
 
-def closeness_rule(prompt: str, a: str, b: str, answer, **_) -> float:
+def closeness_rule(prompt: str, a: str, b: str, answer, reverse_digits=None, scratchpad=None, **_) -> float:
     """A finer judge for ties between wrong answers: the numerically closer final answer wins;
-    any number beats no number; equal distances tie."""
+    any number beats no number; equal distances tie. Answers are read as in :func:`correctness_rule`."""
     want = parse_number(str(answer))
     da, db = (abs(x - want) if x is not None and want is not None else math.inf
-              for x in (final_answer(a), final_answer(b)))
+              for x in (parse_answer(y, reverse_digits, scratchpad) for y in (a, b)))
     return 0.0 if da == db else (1.0 if da < db else -1.0)
 
 

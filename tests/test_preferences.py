@@ -149,6 +149,20 @@ def test_correctness_and_closeness_rules():
     assert fine[0].tolist() == _ranking([0, 1, 3, 2])
 
 
+def test_rules_read_answers_in_the_tasks_digit_order():
+    # add2 writes 47+85=132 as "231"; "132" written in this order means 231: wrong, and 99 away
+    cols = {"answer": ["132"], "reverse_digits": [True]}
+    m = preferences_from_rule(correctness_rule, ["47+85="], [["231", "132"]], cols)
+    assert m[0].tolist() == [[0, 1], [-1, 0]]
+    # "331" reads 133 (1 away) and beats "132" (231, 99 away); without the column "132" would win
+    fine = preferences_from_rule(closeness_rule, ["47+85="], [["331", "132"]], cols)
+    assert fine[0].tolist() == [[0, 1], [-1, 0]]
+    assert preferences_from_rule(closeness_rule, ["47+85="], [["331", "132"]], {"answer": ["132"]})[0, 0, 1] == -1
+    # with a scratchpad the answer is read after "|"
+    pad = {"answer": ["132"], "reverse_digits": [True], "scratchpad": [True]}
+    assert preferences_from_rule(correctness_rule, ["47+85="], [["12 13|231", "12 13|132"]], pad)[0, 0, 1] == 1
+
+
 def test_position_biased_rule_is_caught_or_averaged():
     def first_wins(prompt, a, b, **_):
         return 1.0
