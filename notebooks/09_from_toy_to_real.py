@@ -62,6 +62,7 @@ THREADS = 2
 # %%
 import copy
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,7 +71,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-
 from grpo_kit import GRPOConfig, load_model, setup, train
 from grpo_kit.advantages import compute_advantages
 from grpo_kit.dashboard import Dashboard
@@ -247,6 +247,7 @@ for label, c in configs.items():
     run = setup(c)
     t0 = time.perf_counter()
     if label == "LoRA":  # its checkpoint is exported below; a new folder each time the cell runs
+        WORK.mkdir(exist_ok=True)
         lora_run_dir = Path(tempfile.mkdtemp(dir=WORK, prefix="lora-run-"))
     out_dir = lora_run_dir if label == "LoRA" else None
     for m in train(c, run, out_dir=out_dir, should_stop=dash.should_stop):
@@ -296,12 +297,14 @@ if SMOKE:
 # 128 completions, and the allocator's own overhead, are larger than all of that, and peft's
 # per-layer temporaries add a little. With glibc's default allocator LoRA's high-water mark can
 # even come out *above* full fine-tuning's (`benchmarks/memory_check.py --return-freed` shows the
-# effect of the allocator). On a real shape the weights dominate, and there LoRA's saving is the
-# whole point: the 2-layer Qwen2-0.5B slice (full run only) holds a 136M-parameter embedding, and
-# full fine-tuning keeps a float32 gradient and two AdamW moments for every one of them.
+# effect of the allocator). On a real shape the parameters are many, and there LoRA's saving is
+# the whole point: the 2-layer Qwen2-0.5B slice (full run only) holds a 136M-parameter embedding,
+# and full fine-tuning keeps a float32 gradient and two AdamW moments for every one of them.
 #
 # The estimator's breakdown for the whole Qwen2.5-0.5B (the same shape with all 24 layers) at the
-# sizes of the table in section 3, in bf16 on a GPU:
+# sizes of the table in section 3, in bf16 on a GPU. Read which parts LoRA shrinks (gradients,
+# AdamW's moments and scratch: one float32 number or more per *trainable* parameter) and which it
+# cannot touch (the frozen weights, their bf16 copies, the activations, the logits):
 
 # %%
 Q = dict(model_type="qwen2")  # Qwen2's attention projections have biases
@@ -416,7 +419,7 @@ def grpo_kit_cli(*args: str) -> str:
     return res.stdout
 
 
-printed = grpo_kit_cli("export", "--run", str(lora_run_dir), "--to", str(export_dir))
+printed = grpo_kit_cli("export", "--run", str(lora_run_dir), "--to", str(export_dir), "--overwrite")
 print(printed)
 vllm_line = next(line.strip() for line in printed.splitlines() if line.strip().startswith("vllm serve"))
 print("files:", sorted(p.name for p in export_dir.iterdir()))
@@ -609,3 +612,6 @@ for ckpt in (False, True):
 # %% [markdown]
 # **Where next:** the README's section on moving from the kit to TRL with accelerate and DeepSpeed,
 # or to verl on Ray, and `configs/gsm8k.yaml` for a real GSM8K run with `grpo-kit train`.
+
+# %%
+shutil.rmtree(WORK, ignore_errors=True)  # the scratch folder: the saved model, the runs, the export (copy it first to keep it)
