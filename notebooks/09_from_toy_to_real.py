@@ -90,6 +90,7 @@ from grpo_kit.nbtools import record
 from grpo_kit.plotting import plot_history
 from grpo_kit.sampling import chat_items, render_prompt, sample_groups
 from grpo_kit.tasks import DATASETS_DIR, heldout_split, load_gsm8k
+from grpo_kit.train import pick_device
 
 if SMOKE:
     STEPS, THREADS = 4, 1
@@ -129,7 +130,7 @@ print(f"model {cfg.model!r}, task {cfg.task!r}, data {DATASET or 'the built-in s
 # prompt), else it sends the text as it is.
 
 # %%
-model, tokenizer = load_model(cfg.model, device="cpu")
+model, tokenizer = load_model(cfg.model, device=pick_device(cfg.device))
 item = heldout_split(cfg.task)[0]
 seen = render_prompt(tokenizer, chat_items([item], tokenizer, cfg.chat_template)[0]["prompt"])
 has_template = bool(getattr(tokenizer, "chat_template", None))
@@ -199,7 +200,7 @@ saved = WORK / "saved-model"
 model.save_pretrained(saved)
 tokenizer.save_pretrained(saved)
 cfg_saved = cfg.replace(model=str(saved))
-reloaded, reloaded_tok = load_model(cfg_saved.model)
+reloaded, reloaded_tok = load_model(cfg_saved.model, device=pick_device(cfg.device))
 same_weights = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
 check_items = heldout_split(cfg.task)[:50]
 acc_original, acc_reloaded = (greedy_accuracy(m, t, check_items) for m, t in ((model, tokenizer),
@@ -427,21 +428,21 @@ print("files:", sorted(p.name for p in export_dir.iterdir()))
 # %%
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-exported = AutoModelForCausalLM.from_pretrained(export_dir).eval()
+device = pick_device(cfg.device)
+exported = AutoModelForCausalLM.from_pretrained(export_dir).to(device).eval()
 exported_tok = AutoTokenizer.from_pretrained(export_dir)
 exported_tok.padding_side = "left"                            # generation appends on the right
 shown = [render_prompt(exported_tok, it["prompt"]) for it in chat_items(check_items[:4], exported_tok, cfg.chat_template)]
-batch = exported_tok(shown, return_tensors="pt", padding=True)
+batch = exported_tok(shown, return_tensors="pt", padding=True).to(device)
 torch.manual_seed(SEED)
 with torch.no_grad():
     out = exported.generate(**batch, generation_config=exported.generation_config)  # samples as the run did
 for p_, row in zip(check_items[:4], out):
     print(f"{p_['prompt']!r:<10} sampled {exported_tok.decode(row[batch['input_ids'].shape[1]:], skip_special_tokens=True)!r}"
           f"   (correct {p_.get('completion', p_['answer'])!r})")
-exported_lm, exported_lm_tok = load_model(str(export_dir))    # the kit's loader: the same from_pretrained, left padding
 lora_run = runs["LoRA"]
 acc_lora_policy = greedy_accuracy(lora_run.policy, lora_run.tokenizer, lora_run.eval_items)
-acc_exported = greedy_accuracy(exported_lm, exported_lm_tok, lora_run.eval_items)
+acc_exported = greedy_accuracy(exported, exported_tok, lora_run.eval_items)
 print(f"\ngreedy held-out accuracy: the LoRA policy {acc_lora_policy:.1%}, the exported (merged) model {acc_exported:.1%}")
 
 # %% [markdown]
