@@ -26,9 +26,9 @@
 # - graduation: `grpo-kit export` (a folder that `from_pretrained` and vLLM load), the same config
 #   as TRL and verl settings, and the `accelerate launch` command for many GPUs.
 #
-# **How long it takes**: 7 minutes with the default parameters (two 300-step runs, the memory
-# measurements and a 2-step run with TRL's trainer), 30 s with `SMOKE = True` (run headless on
-# 2 CPU cores, which other work shared part of the time).
+# **How long it takes**: 7 to 9 minutes with the default parameters (two 300-step runs, the
+# memory measurements and a 2-step run with TRL's trainer), 25-35 s with `SMOKE = True` (run
+# headless on 2 CPU cores that other work shared; quiet cores are faster).
 #
 # ## Three parameters
 #
