@@ -210,6 +210,8 @@ def _written(out: Path) -> str:
         have.append(f"checkpoints/ (latest {(out / 'checkpoints' / 'latest').read_text().strip()})")
     elif (out / "model" / "config.json").is_file():
         have.append("model/ (the trained model, from_pretrained loads it)")
+    elif (out / "model" / "adapter_config.json").is_file():
+        have.append("model/ (the trained LoRA adapter, peft's PeftModel.from_pretrained loads it on its base)")
     else:
         have.append("no checkpoint (no step was trained)")
     return f"{out}/: " + ", ".join(have)

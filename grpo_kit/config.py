@@ -599,7 +599,8 @@ class GRPOConfig:
         the KL loss (``use_kl_loss``, ``kl_loss_coef = beta``, ``kl_loss_type`` k1/k2/k3; verl clamps its
         k3 to [-10, 10]), the loss aggregation (``loss_agg_mode``: grpo -> seq-mean-token-mean, dapo ->
         token-mean, dr_grpo -> seq-mean-token-sum-norm with ``loss_scale_factor = max_completion_length``),
-        GSPO (``policy_loss.loss_mode=gspo``), ``entropy_coeff``, the optimizer (lr, weight decay, grad clip,
+        GSPO (``policy_loss.loss_mode=gspo``), ``entropy_coeff``, LoRA (``model.lora_rank``, ``lora_alpha``,
+        ``target_modules``; a LoRA dropout is refused), the optimizer (lr, weight decay, grad clip,
         warm-up, cosine or constant), the lengths, sampling (temperature, no top-k/top-p), the model, the seed,
         and the reward: ``compute_score`` of ``grpo_kit/engines/verl_export.py`` with this config's
         ``reward_funcs`` and ``reward_weights`` (``+`` adds keys the default config lacks).
@@ -643,7 +644,7 @@ class GRPOConfig:
         from .engines import verl_export
 
         model = resolve_model(self.model, warn=False)
-        return {
+        return {**self._verl_lora(refuse), **{
             "algorithm.adv_estimator": "grpo",
             "algorithm.norm_adv_by_std_in_grpo": self.scale_rewards == "group",
             "algorithm.use_kl_in_reward": False,
@@ -683,7 +684,19 @@ class GRPOConfig:
             reward + "name": verl_export.REWARD_NAME,
             "+" + reward + "reward_kwargs.reward_funcs": list(self.reward_funcs),
             "+" + reward + "reward_kwargs.reward_weights": self.reward_weights,
-        }
+        }}
+
+    def _verl_lora(self, refuse) -> dict:
+        """``lora`` as verl's actor model keys (rank, alpha, target modules); verl has no LoRA dropout."""
+        if self.lora is None:
+            return {}
+        from .lora import lora_settings
+
+        s = lora_settings(self.lora)
+        if s["dropout"]:
+            refuse("lora", "verl's LoRA has no dropout setting; set lora.dropout to 0")
+        return {"actor_rollout_ref.model.lora_rank": s["r"], "actor_rollout_ref.model.lora_alpha": s["alpha"],
+                "actor_rollout_ref.model.target_modules": list(s["target_modules"])}
 
     def to_trl(self) -> dict:
         """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.

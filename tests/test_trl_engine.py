@@ -166,13 +166,14 @@ def test_several_processes_measure_no_accuracy(caplog):
     assert h.evals == [] and "not measured" in caplog.text
 
 
-def test_trl_engine_trains_lora_adapters_with_the_kits_settings(tmp_path):
+def test_trl_engine_trains_lora_adapters_with_the_kits_settings(tmp_path, capsys):
     """cfg.lora reaches TRL as its peft_config: only the adapter trains, the saved model is an adapter."""
     cfg = tmp_path / "cfg.yaml"
     GRPOConfig(num_prompts=2, num_generations=4, steps=1, eval_every=0, eval_size=4, device="cpu", threads=2,
                learning_rate=2e-3, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}).to_yaml(cfg)
     out = tmp_path / "run"
     assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(out)]) == 0
+    assert "model/ (the trained LoRA adapter" in capsys.readouterr().out  # not "no checkpoint"
     adapter = json.loads((out / "model" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert not (out / "model" / "model.safetensors").exists()  # the adapter only, not a second copy of the weights

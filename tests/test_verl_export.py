@@ -42,10 +42,20 @@ CONFIGS = [GRPOConfig(),
            GRPOConfig(task="gsm8k", dataset=SAMPLE, reward_funcs=["math_answer", "gsm8k_format"],
                       reward_weights=[1.0, 0.5], beta=0.04, epsilon_high=0.28, delta=2.0, loss_type="dr_grpo",
                       scale_rewards="group", micro_batch_size=32, kl_estimator="k2"),
-           GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2, lr_schedule="constant")]
+           GRPOConfig(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2, lr_schedule="constant"),
+           GRPOConfig(lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]}, learning_rate=2e-3)]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gsm8k_drgrpo", "gspo"])
+def test_lora_reaches_verl_and_a_dropout_is_refused():
+    got = CONFIGS[3].to_verl()
+    assert (got["actor_rollout_ref.model.lora_rank"], got["actor_rollout_ref.model.lora_alpha"],
+            got["actor_rollout_ref.model.target_modules"]) == (16, 32, ["q_proj", "v_proj"])
+    assert "actor_rollout_ref.model.lora_rank" not in CONFIGS[0].to_verl()  # full fine-tuning: verl's default rank 0
+    with pytest.raises(ConfigError, match="lora.*no dropout"):
+        GRPOConfig(lora={"dropout": 0.1}).to_verl()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gsm8k_drgrpo", "gspo", "lora"])
 def test_every_override_key_is_in_verls_default_config(cfg):
     default = yaml.safe_load(verl_file("trainer/config/_generated_ppo_trainer.yaml").read_text())
     for key in cfg.to_verl():
