@@ -23,8 +23,8 @@ chromium:
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
-# unit tests, and every notebook in smoke mode in the browser test (SMOKE=True) plus notebook 00 headless;
-# full-size runs and the other headless smoke runs are deselected (pyproject.toml)
+# unit tests, and every notebook in smoke mode in the browser test (SMOKE=True);
+# full-size runs and the headless (papermill) smoke runs are deselected (pyproject.toml)
 test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -ra
 

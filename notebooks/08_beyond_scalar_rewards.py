@@ -76,7 +76,7 @@ from grpo_kit.nbtools import record
 from grpo_kit.plotting import smooth
 from grpo_kit.preferences import load_preference_groups
 from grpo_kit.sampling import sample_groups
-from grpo_kit.tasks import get_task
+from grpo_kit.tasks import DATASETS_DIR, get_task
 from grpo_kit.tiny import load_model
 from grpo_kit.train import setup, train
 from grpo_kit.widgets import redraw_on_change
@@ -151,7 +151,7 @@ record("tie_frac_closeness", stats_close["pairwise/tie_frac"])
 # The same thing from a shell: `grpo-kit train-judge --data datasets/add2_prefs.jsonl --out DIR`.
 
 # %%
-records = load_preference_groups("../datasets/add2_prefs.jsonl")
+records = load_preference_groups(DATASETS_DIR / "add2_prefs.jsonl")  # the shipped file, wherever the notebook runs
 judge_train, judge_heldout = learned_judge.split_groups(records, 0.2, seed=0)
 n_heldout_pairs = len(learned_judge.preference_pairs(judge_heldout))
 t_judge = time.time()

@@ -60,7 +60,9 @@ STEPS = 300                # GRPO steps of each of the two runs (LoRA, full fine
 THREADS = 2
 
 # %%
+import contextlib
 import copy
+import io
 import json
 import shutil
 import subprocess
@@ -73,6 +75,7 @@ import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
 from grpo_kit.advantages import compute_advantages
+from grpo_kit.cli import main as cli_main
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.diagnostics import read_history
 from grpo_kit.inference import columns_of, greedy_accuracy
@@ -413,11 +416,12 @@ export_dir = WORK / "exported"
 
 
 def grpo_kit_cli(*args: str) -> str:
-    """Run ``grpo-kit ARGS`` (as ``python -m grpo_kit.cli``); its standard output, or the error it printed."""
-    res = subprocess.run([sys.executable, "-m", "grpo_kit.cli", *args], env=ENV, capture_output=True, text=True,
-                         check=False)
-    assert res.returncode == 0, f"grpo-kit {' '.join(args)} failed:\n{res.stderr[-2000:]}"
-    return res.stdout
+    """Run ``grpo-kit ARGS`` in this kernel (``grpo_kit.cli.main``, what the command calls); its standard output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(list(args))
+    assert code == 0, f"grpo-kit {' '.join(args)} failed (exit {code}); its message is above"
+    return out.getvalue()
 
 
 printed = grpo_kit_cli("export", "--run", str(lora_run_dir), "--to", str(export_dir), "--overwrite")

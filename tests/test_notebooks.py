@@ -1,8 +1,8 @@
 """Each notebook runs headlessly (papermill) and asserts its own claims; here we read back what it recorded.
 
 Two modes per notebook:
-- smoke (``SMOKE=True``, one thread; marker ``headless`` except notebook 00: the browser test runs the
-  same cells in ``make test``, ``make test-full`` runs these too): every cell runs and every claim that
+- smoke (``SMOKE=True``, one thread; marker ``headless``: the browser test runs the same cells in
+  ``make test``, ``make test-full`` runs these too): every cell runs and every claim that
   needs no long run is asserted (the notebook's last cells say which those are);
 - full (``make test-full``, marker ``full``): the default parameters; every claim is asserted.
 
@@ -31,6 +31,7 @@ def check_by_hand_step(v):
 
 
 @pytest.mark.notebook
+@pytest.mark.headless  # make test runs the same cells (and their asserts) in the browser test
 def test_quickstart_smoke(tmp_path):
     v = run("00_quickstart", tmp_path, SMOKE, timeout=300)
     check_by_hand_step(v)
