@@ -34,7 +34,7 @@
 #
 # **Time**: 7 minutes headless with the full parameters (a learned judge and 21 training runs,
 # one thread, measured on 2 CPU cores shared with other work); `SMOKE=True` runs every cell in
-# 20 s.
+# about 10 s (measured headless on quiet cores).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).

@@ -27,8 +27,8 @@
 #   as TRL and verl settings, and the `accelerate launch` command for many GPUs.
 #
 # **How long it takes**: 7 to 9 minutes with the default parameters (two 300-step runs, the
-# memory measurements and a 2-step run with TRL's trainer), 25-35 s with `SMOKE = True` (run
-# headless on 2 CPU cores that other work shared; quiet cores are faster).
+# memory measurements and a 2-step run with TRL's trainer; measured headless on 2 CPU cores that
+# other work shared), about 10 s with `SMOKE = True` (measured headless on quiet cores).
 #
 # ## Three parameters
 #
