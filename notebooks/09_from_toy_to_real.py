@@ -26,9 +26,9 @@
 # - graduation: `grpo-kit export` (a folder that `from_pretrained` and vLLM load), the same config
 #   as TRL and verl settings, and the `accelerate launch` command for many GPUs.
 #
-# **How long it takes**: 7 to 9 minutes with the default parameters (two 300-step runs, the
-# memory measurements and a 2-step run with TRL's trainer; measured headless on 2 CPU cores that
-# other work shared), about 10 s with `SMOKE = True` (measured headless on quiet cores).
+# **How long it takes**: 3 minutes with the default parameters (two 300-step runs, the
+# memory measurements and a 2-step run with TRL's trainer; measured headless on 2 quiet CPU cores,
+# 7 to 9 minutes when other work shared them), about 10 s with `SMOKE = True` (measured headless on quiet cores).
 #
 # ## Three parameters
 #
