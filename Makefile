@@ -24,9 +24,11 @@ demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
 # unit tests, and every notebook in smoke mode in the browser test (SMOKE=True);
-# full-size runs and the headless (papermill) smoke runs are deselected (pyproject.toml)
+# full-size runs and the headless (papermill) smoke runs are deselected (pyproject.toml).
+# JOBS pytest workers (pytest-xdist): two notebooks, or a notebook and unit tests, at once
+JOBS ?= 2
 test: $(STAMP) chromium
-	$(VENV)/bin/python -m pytest -ra
+	$(VENV)/bin/python -m pytest -ra -n $(JOBS) --dist worksteal
 
 # every notebook at its default (full) parameters, asserting every claim it teaches, and every
 # notebook's headless smoke run

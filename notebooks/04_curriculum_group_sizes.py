@@ -60,7 +60,7 @@ from grpo_kit.widgets import redraw_on_change
 from IPython.display import display
 
 if SMOKE:
-    SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE = [0], 32, 96, 2, 20
+    SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE, THREADS = [0], 32, 96, 2, 20, 1
     DECLINE_STEPS, DECLINE_SEEDS, SIM_TRIALS = 4, [0], 4000
 T0 = time.time()
 torch.set_num_threads(THREADS)

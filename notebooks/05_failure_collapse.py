@@ -47,6 +47,7 @@ from grpo_kit.plotting import smooth
 
 STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
+THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
 for name in STEPS:
     f = FAILURES[name]
     print(f"{name:<18} {f.what}\n{'':<18} changes {f.changes}; fix {f.fix}\n")

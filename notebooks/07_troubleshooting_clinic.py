@@ -43,6 +43,7 @@ from grpo_kit.plotting import smooth
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
+THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
 verdicts = {}
 
 

@@ -3,7 +3,8 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# `make test` runs two pytest workers (pytest-xdist) on two cores: one torch thread each
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

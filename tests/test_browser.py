@@ -1,6 +1,6 @@
 """Every notebook in a real browser: JupyterLab on 127.0.0.1 driven through Debian's chromium by Playwright.
 
-For each ``notebooks/*.ipynb`` (copied to a temporary folder, so nothing is saved into the
+One test per ``notebooks/*.ipynb`` (copied to a temporary folder, so nothing is saved into the
 repository) with ``GRPO_KIT_SMOKE=1``: run all cells, wait until the kernel is idle, fail on any
 error output (and on cells that never ran); move the first slider of each slider panel and check
 that its readout and the Output widget it drives changed; where a cell trains with the live
@@ -115,8 +115,7 @@ def lab(tmp_path_factory):
     root.mkdir()
     for nb in NOTEBOOKS:
         shutil.copy(nb, root / nb.name)
-    has_dashboard = any("Dashboard(" in nb.read_text() for nb in NOTEBOOKS)
-    if not has_dashboard:
+    if STOP_NOTEBOOK in _names():
         _stop_notebook(root / STOP_NOTEBOOK)
     _write_settings(cfg_dir / "settings")
     port, token = _free_port(), secrets.token_hex(16)
@@ -310,41 +309,55 @@ def _press_stop_once(page, name: str, cells: list[dict], shots: Path, above: boo
 
 
 # ----------------------------------------------------------------------------- the test
-def test_every_notebook_in_chromium(lab, browser):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    print(f"\nbrowser test screenshots: {ARTIFACTS}")
+def _names() -> list[str]:
+    """The notebooks the test opens: each copied notebook, and the scratch Stop notebook when none
+    of them has a dashboard (the ``lab`` fixture writes it then)."""
+    names = [nb.name for nb in NOTEBOOKS]
+    if not any("Dashboard(" in nb.read_text() for nb in NOTEBOOKS):
+        names.append(STOP_NOTEBOOK)
+    return names
+
+
+@pytest.fixture(scope="module")
+def context(browser):
     ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
-    failures, report = [], []
-    for name in lab["notebooks"]:
-        shots = ARTIFACTS / Path(name).stem
-        shutil.rmtree(shots, ignore_errors=True)
-        shots.mkdir(parents=True)
-        page = ctx.new_page()
-        t0 = time.time()
-        try:
-            _open(page, lab, name, shots)
-            cells = page.evaluate(JS_CELLS)
-            if name != STOP_NOTEBOOK:  # the scratch notebook only exists to press Stop
-                page.evaluate(JS_RUN, "notebook:run-all-cells")
-                _wait_idle(page, RUN_TIMEOUT_S, name)
-                page.screenshot(path=str(shots / "after_run_all.png"))
-                errs = _errors(page.evaluate(JS_CELLS))
-                if errs:
-                    failures.append(f"{name}: error output after running all cells:\n" + "\n\n".join(errs))
-                    continue
-                report += [f"{name}: {n}" for n in _move_sliders(page, shots, name)]
-            if any(c["type"] == "code" and "Dashboard(" in c["source"] for c in cells):
-                report.append(f"{name}: {_press_stop(page, lab, name, cells, shots)}")
-                if name == STOP_NOTEBOOK:
-                    ck = sorted(p.name for p in (lab["root"] / "stop_run" / "checkpoints").glob("step-*"))
-                    step = int(re.search(r"stopped at step (\d+)", report[-1]).group(1))
-                    assert ck == [f"step-{step:06d}"], f"{name}: after Stop at step {step} the checkpoints are {ck}"
-                    report.append(f"{name}: checkpoint {ck[0]} written at Stop")
-            report.append(f"{name}: ok in {time.time() - t0:.0f} s")
-        except Exception as e:  # noqa: BLE001 - a Playwright timeout too: note it, screenshot, next notebook
-            failures.append(f"{name}: {type(e).__name__}: {e}" if not isinstance(e, AssertionError) else str(e))
-            page.screenshot(path=str(shots / "failure.png"))
-        finally:
-            page.close()
-    print("\n".join(report))
-    assert not failures, "\n\n".join(failures) + f"\n(screenshots in {ARTIFACTS}; JupyterLab log {lab['log']})"
+    yield ctx
+    ctx.close()
+
+
+# one test per notebook, so that `pytest -n 2` (make test) runs two notebooks at once, each in its
+# own worker's JupyterLab and chromium
+@pytest.mark.parametrize("name", _names())
+def test_notebook_in_chromium(lab, context, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots = ARTIFACTS / Path(name).stem
+    print(f"\nbrowser test screenshots: {shots}")
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    page = context.new_page()
+    report, t0 = [], time.time()
+    try:
+        _open(page, lab, name, shots)
+        cells = page.evaluate(JS_CELLS)
+        if name != STOP_NOTEBOOK:  # the scratch notebook only exists to press Stop
+            page.evaluate(JS_RUN, "notebook:run-all-cells")
+            _wait_idle(page, RUN_TIMEOUT_S, name)
+            page.screenshot(path=str(shots / "after_run_all.png"))
+            errs = _errors(page.evaluate(JS_CELLS))
+            assert not errs, f"{name}: error output after running all cells:\n" + "\n\n".join(errs)
+            report += _move_sliders(page, shots, name)
+        if any(c["type"] == "code" and "Dashboard(" in c["source"] for c in cells):
+            report.append(_press_stop(page, lab, name, cells, shots))
+            if name == STOP_NOTEBOOK:
+                ck = sorted(p.name for p in (lab["root"] / "stop_run" / "checkpoints").glob("step-*"))
+                step = int(re.search(r"stopped at step (\d+)", report[-1]).group(1))
+                assert ck == [f"step-{step:06d}"], f"{name}: after Stop at step {step} the checkpoints are {ck}"
+                report.append(f"checkpoint {ck[0]} written at Stop")
+        report.append(f"ok in {time.time() - t0:.0f} s")
+    except Exception as e:  # noqa: BLE001 - a Playwright timeout too: screenshot, then fail with the reason
+        page.screenshot(path=str(shots / "failure.png"))
+        msg = str(e) if isinstance(e, AssertionError) else f"{name}: {type(e).__name__}: {e}"
+        raise AssertionError(f"{msg}\n(screenshots in {shots}; JupyterLab log {lab['log']})") from None
+    finally:
+        page.close()
+        print("\n".join(f"{name}: {line}" for line in report))
