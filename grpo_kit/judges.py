@@ -30,6 +30,7 @@ for what happens to its thread).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
@@ -208,7 +209,10 @@ def trl_reward_kwargs(completion_ids: torch.Tensor, completion_mask: torch.Tenso
     """The keyword arguments TRL passes to every reward function besides prompts, completions and
     the dataset columns: ``completion_ids`` (B lists of ints: the tokens under the mask, EOS
     included), ``trainer_state``, ``log_extra``, ``log_metric``."""
-    ids = [row[m.bool()].tolist() for row, m in zip(completion_ids.cpu(), completion_mask.cpu())]
+    mask = completion_mask.cpu().bool()  # (B, Tc)
+    flat, lens = completion_ids.cpu()[mask].tolist(), mask.sum(-1).tolist()  # tokens under the mask, row by row
+    ends = list(itertools.accumulate(lens))
+    ids = [flat[e - n:e] for e, n in zip(ends, lens)]  # (B,) lists of ints
     return {"completion_ids": ids, "trainer_state": trainer_state, "log_extra": log.log_extra,
             "log_metric": log.log_metric}
 

@@ -16,6 +16,8 @@ emits EOS within ``max_new_tokens`` is *truncated* (``is_truncated``).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -64,10 +66,13 @@ def row_temperatures(temperature, P: int, G: int, device) -> torch.Tensor:
 def cache_argument(model) -> str:
     """The forward argument that takes the key-value cache (``cache`` from transformers 5.2x on); a peft
     model (LoRA) passes it on to the transformers model it wraps, whose signature decides."""
-    import inspect
-
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+    return _cache_argument_of(type(inner))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument_of(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 def new_cache(model):
@@ -115,6 +120,14 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     ``group_size``: rows come in runs of this many identical prompts (see :func:`prefill`);
     the prompts are then encoded once per group.
 
+    Rows that have emitted EOS leave the batch: each later forward runs only the rows still
+    decoding. The random draws do not change: every step still draws one token for each of the B
+    rows (an ended row's draw is replaced by padding), so a seed gives the same completions as
+    forwarding every row to the end. Rows are independent in the forward; a smaller matrix product
+    can round differently (on the tiny model on CPU: the same tokens in 24 seeded batches, and
+    ``sampling_logp`` within 2.4e-6), so a token can only change when its draw falls within
+    rounding of a boundary between two tokens.
+
     Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens; with
     ``return_logp`` also (B, Tc) float32 log-probs of the sampled tokens under the sampling
     distribution (log-softmax of logits / temperature; 0 on greedy rows).
@@ -126,10 +139,11 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     attn = prompt_mask.long()  # (B, Tp)
     pos = position_ids_from_mask(attn)  # (B, Tp)
     out, cache = prefill(model, prompt_ids, attn, group_size, logits_to_keep=1)
+    logits = out.logits[:, -1, :].float()  # (B, V) next-token logits of every row
+    live = torch.arange(B, device=device)  # (A,) rows the cache holds: those still decoding
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
     tokens, logps = [], []
     for t in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()  # (B, V)
         tok = logits.argmax(-1)  # (B,)
         if not bool(greedy.all()):  # greedy decoding draws no random numbers
             z = logits / temps.clamp(min=1e-6)  # (B, V)
@@ -148,7 +162,13 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)  # (B, Tp+t+1)
         pos = pos[:, -1:] + 1  # (B, 1)
-        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=pos, use_cache=True, **cache)
+        still = ~done[live]  # (A,) which cached rows keep decoding
+        if not bool(still.all()):  # rows that just ended leave the batch (and the cache)
+            next(iter(cache.values())).batch_select_indices(still.nonzero().squeeze(-1))
+            live = live[still]  # (A',)
+        out = model(input_ids=tok[live, None], attention_mask=attn[live], position_ids=pos[live], use_cache=True,
+                    **cache)  # logits (A, 1, V)
+        logits = logits.index_copy(0, live, out.logits[:, -1, :].float())  # (B, V) ended rows keep stale logits
     completion_ids = torch.stack(tokens, dim=1)  # (B, Tc)
     completion_mask = completion_mask_from_ids(completion_ids, eos_id)  # (B, Tc)
     if return_logp:
@@ -210,7 +230,8 @@ def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, ma
                          f"make it with torch.Generator({device.type!r})")
     P, G = len(prompts), num_generations
     rows = [p for p in prompts for _ in range(G)]  # (B,) prompt p repeated G times, contiguous
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, rows, device)
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)  # (P, Tp) each prompt once
+    prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)  # (B, Tp)
     temps = row_temperatures(temperature, P, G, device)  # (B, 1)
     was_training = model.training
     model.eval()
