@@ -78,7 +78,8 @@ def bench_config(args) -> GRPOConfig:
                       beta=args.beta, log_kl=args.log_kl, loss_type=args.loss_type,
                       scale_rewards=args.scale_rewards, learning_rate=args.lr, threads=args.threads,
                       device="cpu", steps=10**6, eval_every=0, eval_size=1, seed=args.seed,
-                      share_prompt_prefix=not args.no_share, dedupe_completions=not args.no_dedupe)
+                      share_prompt_prefix=not args.no_share, dedupe_completions=not args.no_dedupe,
+                      pack_max_tokens=0 if args.no_pack else 1024)
 
 
 # ---------------------------------------------------------------- the three steps
@@ -91,8 +92,8 @@ def kit_stepper(cfg: GRPOConfig):
 def floor_stepper(cfg: GRPOConfig):
     """Generate + policy forward/backward + reference forward (if needed) + AdamW, nothing else.
 
-    With ``cfg.share_prompt_prefix`` and ``cfg.dedupe_completions`` (the defaults) it uses the kit's
-    shared-prompt encoding and scores identical rows once too, so ``kit / floor`` is what the kit
+    With ``cfg.share_prompt_prefix``, ``cfg.dedupe_completions`` and ``cfg.pack_max_tokens`` (the defaults)
+    it uses the kit's shared-prompt encoding, packing and scores identical rows once too, so ``kit / floor`` is what the kit
     adds around its compute; ``floor_plain`` turns both off (every row forwarded whole, as TRL does).
     """
     policy, tok = load_model(cfg.model, "cpu")
@@ -106,7 +107,7 @@ def floor_stepper(cfg: GRPOConfig):
     temps = row_temperatures(cfg.temperature, P, G, "cpu")  # (B, 1)
     adv = torch.randn(P * G, 1, generator=g)  # (B, 1) stands in for judged advantages
     share = G if cfg.share_prompt_prefix else 1
-    lp_kw = dict(share_prompt=cfg.share_prompt_prefix, dedupe=cfg.dedupe_completions)
+    lp_kw = dict(share_prompt=cfg.share_prompt_prefix, dedupe=cfg.dedupe_completions, pack_max_tokens=cfg.pack_max_tokens)
 
     def step():
         policy.eval()
@@ -132,7 +133,7 @@ def stepper(cfg: GRPOConfig, variant: str):
     if variant == "floor":
         return floor_stepper(cfg)
     if variant == "floor_plain":
-        return floor_stepper(cfg.replace(share_prompt_prefix=False, dedupe_completions=False))
+        return floor_stepper(cfg.replace(share_prompt_prefix=False, dedupe_completions=False, pack_max_tokens=0))
     raise SystemExit(f"unknown variant {variant!r}: choose from trl, kit, floor, floor_plain")
 
 
@@ -246,6 +247,7 @@ def summarise(cfg: GRPOConfig, times: dict, cpu: dict, memory: dict, args) -> di
                      "beta": cfg.beta, "log_kl": cfg.log_kl, "loss_type": cfg.loss_type,
                      "scale_rewards": cfg.scale_rewards, "learning_rate": cfg.learning_rate,
                      "threads": cfg.threads, "share_prompt_prefix": cfg.share_prompt_prefix, "dedupe_completions": cfg.dedupe_completions,
+                     "pack_max_tokens": cfg.pack_max_tokens,
                      "reps": args.reps, "warmup": args.warmup},
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "loadavg_1m": os.getloadavg()[0]},
         "median_s": med,
@@ -300,6 +302,7 @@ def parse(argv=None):
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma list of trl,kit,floor,floor_plain")
     p.add_argument("--no-share", action="store_true", help="kit and floor without share_prompt_prefix")
     p.add_argument("--no-dedupe", action="store_true", help="kit and floor without dedupe_completions")
+    p.add_argument("--no-pack", action="store_true", help="kit and floor without packing (pack_max_tokens=0)")
     p.add_argument("--mem-steps", type=int, default=3, help="steps each memory subprocess runs (0: no memory)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--only", help=argparse.SUPPRESS)

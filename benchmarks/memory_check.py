@@ -85,7 +85,8 @@ def case_config(name: str, steps: int, bf16: bool, beta: float, threads: int, lo
     return GRPOConfig(num_prompts=P, num_generations=G, max_completion_length=L, beta=beta, log_kl=False,
                       device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0,
                       learning_rate=1e-6, steps=steps, lora=LORA if lora else None,
-                      dedupe_completions=False)  # the estimate counts every row: all completions distinct
+                      dedupe_completions=False, pack_max_tokens=0)  # the estimate counts every row, distinct and
+    # full length: a packed batch (pack_max_tokens) forwards only the tokens up to each row's end
 
 
 def measure(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: bool = False) -> dict:
@@ -159,7 +160,8 @@ def warm_up_code(threads: int, bf16: bool, qwen: bool, lora: bool = False) -> No
         num_key_value_heads=1, tie_word_embeddings=True, attn_implementation="sdpa")) if qwen else load_model("tiny")[0]
     cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, log_kl=True, beta=0.04,
                      device="cpu", bf16=bf16, bf16_on_cpu=bf16, threads=threads, eval_size=1, eval_every=0,
-                     lora=LORA if lora else None, dedupe_completions=False)
+                     lora=LORA if lora else None, dedupe_completions=False,
+                     pack_max_tokens=0)
     run = setup(cfg, policy=model, tokenizer=tok)
     for _ in range(2):
         grpo_step(run)

@@ -257,6 +257,12 @@ class GRPOConfig:
     same short answer several times) once in the log-prob forwards and copy the result back, in
     the graph, so the gradient is the sum over the copies, as for separate rows; the same numbers
     up to float rounding, for the cost of the distinct rows (``logprobs.completion_logprobs``)."""
+    pack_max_tokens: int = 1024
+    """With ``share_prompt_prefix``: score a micro-batch as one row without padding (its distinct
+    prompts, then each completion; a block attention mask lets each completion see its prompt and
+    its own prefix, ``logprobs.pack_rows``) when that row has at most this many tokens: one forward,
+    no key-value cache, no padding after a completion's end. The mask is N x N, so longer batches
+    take the shared-cache path; 0 never packs. The same numbers up to float rounding."""
     threads: int | None = 2
     """torch CPU threads (None leaves torch's default)."""
 
@@ -421,6 +427,7 @@ class GRPOConfig:
         boolean("log_kl")
         boolean("share_prompt_prefix")
         boolean("dedupe_completions")
+        integer("pack_max_tokens", 0)
         # optimisation
         number("learning_rate", "> 0", lambda v: v > 0)
         number("weight_decay", ">= 0", lambda v: v >= 0)

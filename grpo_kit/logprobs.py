@@ -7,6 +7,8 @@ backward (:class:`_ChunkedLogProb` recomputes the softmax chunk by chunk in back
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .sampling import position_ids_from_mask, prefill
@@ -121,6 +123,72 @@ def distinct_rows(*cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return first[order], rank[inv]  # (U,), (B,)
 
 
+@dataclass
+class Packing:
+    """A batch laid out as one row without padding (:func:`pack_rows`): every distinct prompt's
+    tokens, then each row's completion tokens that are inputs (all but the last real one)."""
+    input_ids: torch.Tensor     # (1, N) N = distinct prompt tokens + sum over rows of (length - 1)
+    position_ids: torch.Tensor  # (1, N) a prompt from 0; a completion goes on from its prompt's length
+    attend: torch.Tensor        # (1, 1, N, N) bool: token i sees token j
+    keep: torch.Tensor          # (K,) positions whose logits are needed: each prompt's last token, each input
+    source: torch.Tensor        # (B, Tc) index into ``keep`` of the logits that predict completion token t
+    valid: torch.Tensor         # (B, Tc) bool: the completion mask (0 where a row has ended)
+
+
+def pack_rows(prompt_ids, prompt_mask, completion_ids, completion_mask, max_tokens: int) -> Packing | None:
+    """The packed layout of a batch, or None when it would have more than ``max_tokens`` tokens
+    (the attention mask is N x N) or the completion mask is not 1s then 0s.
+
+    Token i sees token j when both belong to the same prompt and either j is a prompt token at or
+    before i (i in the prompt), j is any token of the prompt (i in a completion), or j is in i's own
+    completion at or before i. Each completion then sees exactly what it sees in its own padded row
+    (its prompt and its own prefix, at the same positions), so the log-probs and gradients are those
+    of separate rows, and every distinct prompt is encoded once.
+    """
+    B, Tc = completion_ids.shape
+    dev = completion_ids.device
+    keep_p, inv = distinct_rows(prompt_ids, prompt_mask)  # (P,) one row per distinct prompt, (B,) its prompt
+    pm = prompt_mask[keep_p].bool()  # (P, Tp)
+    plen = pm.sum(-1)  # (P,) real prompt tokens
+    clen = completion_mask.sum(-1)  # (B,) completion tokens up to and including EOS
+    t = torch.arange(Tc, device=dev)  # (Tc,)
+    valid = t[None, :] < clen[:, None]  # (B, Tc)
+    if not torch.equal(valid, completion_mask.bool()):
+        return None  # not 1s then 0s: the packed layout would misplace tokens
+    nin = (clen - 1).clamp(min=0)  # (B,) completion tokens fed as inputs (the last real one predicts nothing)
+    Np, Nc = int(plen.sum()), int(nin.sum())
+    N = Np + Nc
+    if N > max_tokens:
+        return None
+    fed = t[None, :] < nin[:, None]  # (B, Tc) input slots of each row
+    ids = torch.cat([prompt_ids[keep_p][pm], completion_ids[fed]])  # (N,)
+    rows = torch.arange(B, device=dev)[:, None].expand(B, Tc)[fed]  # (Nc,) row of each completion input
+    offset = t[None, :].expand(B, Tc)[fed]  # (Nc,) its place in the completion
+    pos = torch.cat([(pm.long().cumsum(-1) - 1)[pm], plen[inv][rows] + offset])  # (N,)
+    prompt_of = torch.cat([torch.repeat_interleave(torch.arange(plen.numel(), device=dev), plen), inv[rows]])  # (N,)
+    row_of = torch.cat([torch.full((Np,), -1, device=dev), rows])  # (N,) -1 on prompt tokens
+    idx = torch.arange(N, device=dev)  # (N,)
+    before = idx[None, :] <= idx[:, None]  # (N, N) j at or before i
+    j_prompt, i_prompt = (row_of == -1)[None, :], (row_of == -1)[:, None]  # (1, N), (N, 1)
+    attend = (prompt_of[:, None] == prompt_of[None, :]) & (
+        (j_prompt & (~i_prompt | before)) | ((row_of[:, None] == row_of[None, :]) & before))  # (N, N)
+    last = plen.cumsum(0) - 1  # (P,) packed index of each prompt's last token
+    keep = torch.cat([last, Np + torch.arange(Nc, device=dev)])  # (K,) = (P + Nc,)
+    first_in = plen.numel() + nin.cumsum(0) - nin  # (B,) index in keep of each row's first input
+    source = torch.where(t[None, :] == 0, inv[:, None], first_in[:, None] + t[None, :] - 1)  # (B, Tc)
+    source = torch.where(valid, source, 0)  # ended positions read any logits; they are masked out
+    return Packing(ids[None], pos[None], attend[None, None], keep, source, valid)
+
+
+def packed_logits(model, packing: Packing) -> torch.Tensor:
+    """Logits (B, Tc, V) that predict each completion token, from one forward of the packed row;
+    positions where a row has ended hold some other position's logits (mask them out)."""
+    out = model(input_ids=packing.input_ids, attention_mask=packing.attend, position_ids=packing.position_ids,
+                use_cache=False, logits_to_keep=packing.keep)  # logits (1, K, V)
+    B, Tc = packing.source.shape
+    return out.logits[0].index_select(0, packing.source.reshape(-1)).view(B, Tc, -1)  # (B, Tc, V)
+
+
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                       share_prompt: bool = False) -> torch.Tensor:
     """Logits that predict each completion token: (B, Tc, V), in the forward's dtype (bf16 under
@@ -160,7 +228,7 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                         temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
-                        share_prompt: bool = False, dedupe: bool = False):
+                        share_prompt: bool = False, dedupe: bool = False, pack_max_tokens: int = 0):
     """(B, Tc) float32 log-probs of the completion tokens under softmax(logits / temperature), and
     (B, Tc) entropies if asked (else None). ``temperature``: a float or (B, 1) / (B, 1, 1) tensor
     (the sampling temperature, as TRL does, so that log-probs are those of the distribution
@@ -172,6 +240,10 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     the same short answer several times) go through the model once and are copied back by
     index, so the forward and backward cost the distinct rows only. The copy is part of the
     graph: each copy's gradient flows back and adds up, exactly the gradient of B separate rows.
+    ``pack_max_tokens`` (with ``share_prompt``): when the batch's distinct prompt tokens plus its
+    completion tokens number at most this, the batch is scored as one row with no padding
+    (:func:`pack_rows`): one forward, no key-value cache, no token after a row's end. Positions
+    where a row has ended (``completion_mask`` 0) then hold 0, in the log-probs and the entropies.
     """
     B = completion_ids.shape[0]
     if dedupe:
@@ -181,12 +253,21 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
         if keep.numel() < B:
             logp, ent = completion_logprobs(model, prompt_ids[keep], prompt_mask[keep], completion_ids[keep],
                                             completion_mask[keep], temps[keep], with_entropy, entropy_grad,
-                                            share_prompt)  # (U, Tc) each
+                                            share_prompt, pack_max_tokens=pack_max_tokens)  # (U, Tc) each
             return logp[inv], (ent[inv] if ent is not None else None)  # (B, Tc)
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                               share_prompt)  # (B, Tc, V) forward dtype
+    packing = None
+    if share_prompt and pack_max_tokens > 0:
+        packing = pack_rows(prompt_ids, prompt_mask, completion_ids, completion_mask, pack_max_tokens)
+    if packing is not None:
+        logits = packed_logits(model, packing)  # (B, Tc, V) forward dtype
+    else:
+        logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   share_prompt)  # (B, Tc, V) forward dtype
     logp = token_logprobs(logits, completion_ids, temperature)  # (B, Tc) float32
     ent = None
     if with_entropy:
         ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)  # (B, Tc)
+    if packing is not None:  # ended positions read another position's logits: 0 there
+        logp = torch.where(packing.valid, logp, torch.zeros_like(logp))
+        ent = torch.where(packing.valid, ent, torch.zeros_like(ent)) if ent is not None else None
     return logp, ent

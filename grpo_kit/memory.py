@@ -20,10 +20,13 @@ The parts (bytes), following what ``train.setup`` and ``step.train_step`` hold:
   float32 ``28h + 16I + 8q + 8kv`` bytes, bf16 autocast ``28h + 8I + 4q + 4kv`` (the residual
   stream stays float32), h hidden, I MLP width, q = heads x head_dim, kv = KV heads x head_dim;
   with gradient checkpointing one float32 layer input per layer plus one layer's full set.
-  The shared-prompt forward (``share_prompt_prefix``) runs P*Tp + B*Tc tokens and keeps the
-  prompt's key-value cache repeated for each completion. Every row is counted as distinct: with
-  ``dedupe_completions`` a batch whose groups repeat answers forwards fewer rows, so the estimate
-  is what a batch of all-different completions needs (the one to plan for).
+  The shared-prompt forward (``share_prompt_prefix``) runs P*Tp + B*(Tc-1) tokens and keeps the
+  prompt's key-value cache repeated for each completion; when those tokens number at most
+  ``pack_max_tokens`` the batch is packed into one row instead (``logprobs.pack_rows``): the same
+  tokens, no repeated cache, and an N x N attention mask (bool, and the float copy SDPA makes).
+  Every row is counted as distinct and full length: with ``dedupe_completions`` a batch whose
+  groups repeat answers forwards fewer rows, and a packed batch forwards only the tokens up to
+  each row's end, so the estimate is what the worst batch of this shape needs (the one to plan for).
 - ``logits``: the (b, Tc, V) logits of one micro-batch in the dtype the step uses (bf16 under
   autocast, float32 otherwise), their gradient, and the float32 log-softmax copies: the whole
   tensor in float32, or one chunk (``logprobs.LOGSOFTMAX_CHUNK``) for bf16 logits.
@@ -144,7 +147,7 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
                     bf16: bool = False, beta: float = 0.0, log_kl: bool = False, num_iterations: int = 1,
                     gradient_checkpointing: bool = False, share_prompt: bool = True, lora_r: int | None = None,
                     lora_targets=LORA_TARGETS, weight_bytes: int = 4, device: str = "cuda",
-                    temperature_scaled: bool = False) -> dict[str, int]:
+                    temperature_scaled: bool = False, pack_max_tokens: int = 0) -> dict[str, int]:
     """Bytes of each part of one GRPO step and ``peak`` (see the module doc); ``micro_batch`` None = B.
 
     ``bf16``: the step runs under bf16 autocast (CUDA with ``bf16=True``); ``device``: 'cuda'
@@ -172,14 +175,17 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
     shared = share_prompt and G > 1 and not gradient_checkpointing and b % G == 0
     # shared: P prompts once, then the completion tokens but the last (it predicts nothing: logprobs.completion_logits)
     tokens = (b // G) * prompt_len + b * max(completion_len - 1, 0) if shared else b * (prompt_len + completion_len)
+    packed = shared and tokens <= pack_max_tokens  # one row, no padding (logprobs.pack_rows)
     acts = activation_bytes(s, tokens, bf16, gradient_checkpointing, lora_r or 0, lora_targets)
-    if shared:  # the prompt's cache, repeated for each of the b rows, is kept for backward
+    if packed:  # the N x N attention mask: bool, and the float mask SDPA builds from it
+        acts += 5 * tokens * tokens
+    elif shared:  # the prompt's cache, repeated for each of the b rows, is kept for backward
         acts += kv_cache_bytes(s, b, prompt_len, bf16)
     part["activations"] = acts
     part["logits"] = logits_bytes(s, b, completion_len, bf16, temperature_scaled) + b * (completion_len + 1) * s.hidden * 4
     # forwards without gradients (reference, old log-probs): a cache for the shared prompt, one micro-batch's logits
     no_grad = logits_bytes(s, b, completion_len, bf16, temperature_scaled, grad=False)
-    no_grad += kv_cache_bytes(s, b, prompt_len + completion_len, bf16) if shared else 0
+    no_grad += 5 * tokens * tokens if packed else kv_cache_bytes(s, b, prompt_len + completion_len, bf16) if shared else 0
     part["no_grad_forward"] = no_grad if (need_ref or num_iterations > 1) else 0
     part["kv_cache"] = kv_cache_bytes(s, B, prompt_len + completion_len, bf16) + 3 * B * s.vocab * 4
     static = part["weights"] + part["reference"] + part["optimizer"]
@@ -198,7 +204,7 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
 def estimate_for_config(cfg, model_config, prompt_len: int, completion_len: int | None = None,
                         device: str | None = None) -> dict[str, int]:
     """:func:`estimate_memory` for a ``GRPOConfig``: P, G, micro-batch, bf16, the KL reference, updates per
-    batch, checkpointing, prompt sharing and LoRA (``cfg.lora``'s r and target modules) come from ``cfg``;
+    batch, checkpointing, prompt sharing, packing and LoRA (``cfg.lora``'s r and target modules) come from ``cfg``;
     ``completion_len`` defaults to ``max_completion_length``, ``device`` to where ``cfg`` trains."""
     import torch
 
@@ -212,7 +218,8 @@ def estimate_for_config(cfg, model_config, prompt_len: int, completion_len: int 
                            bf16=cfg.bf16 and (device == "cuda" or cfg.bf16_on_cpu), beta=cfg.beta, log_kl=cfg.log_kl,
                            num_iterations=cfg.num_iterations, gradient_checkpointing=cfg.gradient_checkpointing,
                            share_prompt=cfg.share_prompt_prefix, lora_r=lora["r"] if lora else None,
-                           lora_targets=tuple(lora["target_modules"]) if lora else LORA_TARGETS, device=device)
+                           lora_targets=tuple(lora["target_modules"]) if lora else LORA_TARGETS, device=device,
+                           pack_max_tokens=cfg.pack_max_tokens)
 
 
 def suggest_micro_batch(memory_bytes: float, config, P: int, G: int, prompt_len: int, completion_len: int,

@@ -161,7 +161,7 @@ def mix(run, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: lis
     B, nf = batch.completion_ids.shape[0], fresh.completion_ids.shape[0]
     temps = row_temperatures(cfg.temperature, batch.num_prompts, batch.num_generations, device).unsqueeze(-1)
     logp_now = batch_logprobs(run.policy, batch, temps, micro_slices(B, cfg.micro_batch_size), ctx, share,
-                              dedupe)  # (B, Tc)
+                              dedupe, getattr(cfg, "pack_max_tokens", 0))  # (B, Tc)
     Tc_f = fresh.completion_ids.shape[1]
     buf.add(fresh, adv, logp_now[:nf, :Tc_f], step)  # the behaviour log-probs of the fresh groups
     metrics = {"replay/groups": float(len(replayed)), "replay/buffer_size": float(len(buf)),

@@ -78,14 +78,14 @@ def loss_mask(rollouts: Rollouts, mask_truncated: bool) -> torch.Tensor:
 
 
 def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False,
-                   dedupe: bool = False) -> torch.Tensor:
+                   dedupe: bool = False, pack_max_tokens: int = 0) -> torch.Tensor:
     """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
     out = []
     for s in slices:
         with ctx, torch.inference_mode():
             lp, _ = completion_logprobs(model, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                         rollouts.completion_ids[s], rollouts.completion_mask[s], temps[s],
-                                        share_prompt=share_prompt, dedupe=dedupe)
+                                        share_prompt=share_prompt, dedupe=dedupe, pack_max_tokens=pack_max_tokens)
         out.append(at_least_fp32(lp))
     return torch.cat(out)  # (B, Tc)
 
@@ -130,9 +130,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     if cfg.beta != 0.0 and ref is None:
         raise ValueError("beta != 0 needs a reference model")
     share, dedupe = getattr(cfg, "share_prompt_prefix", False), getattr(cfg, "dedupe_completions", False)
-    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share, dedupe) if need_ref else None  # (B, Tc)
+    pack = getattr(cfg, "pack_max_tokens", 0)
+    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share, dedupe, pack) if need_ref else None  # (B, Tc)
     # with a single update the sampling policy is the current one: old = logp.detach() (as TRL)
-    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share, dedupe) if cfg.num_iterations > 1 else None
+    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share, dedupe, pack) if cfg.num_iterations > 1 else None
 
     params = [p for p in policy.parameters() if p.requires_grad]
     sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
@@ -154,7 +155,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
                                                 entropy_grad=cfg.entropy_coef != 0, share_prompt=share,
-                                                dedupe=dedupe)
+                                                dedupe=dedupe, pack_max_tokens=pack)
             logp = at_least_fp32(logp)  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them

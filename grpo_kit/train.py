@@ -453,7 +453,7 @@ def _new_findings(run: Run) -> dict:
 STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
-                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "dedupe_completions",
+                     "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "dedupe_completions", "pack_max_tokens",
                      "diagnose_every"}
 _STEP_DIR = re.compile(r"step-\d+")
 _STEP_NUM = re.compile(r"step-(\d+)")

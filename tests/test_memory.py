@@ -96,7 +96,7 @@ def test_estimate_for_config_reads_lora_rank_and_targets_from_the_config():
     # 56 adapter parameters (test_toy_shape_by_hand); the reference is the adapter off: no copy
     assert (e["reference"], e["gradients"], e["optimizer"]) == (0, 4 * 56, 8 * 56)
     assert e == estimate_memory(TOY, 1, 2, 3, 2, beta=0.04, log_kl=True, lora_r=2, lora_targets=("q_proj", "v_proj"),
-                                device="cpu")
+                                device="cpu", pack_max_tokens=cfg.pack_max_tokens)  # 3 + 2 * 1 tokens: packed
     full = estimate_for_config(cfg.replace(lora=None), TOY, prompt_len=3)
     assert (full["reference"], full["gradients"]) == (4 * 348, 4 * 348)
 

@@ -33,8 +33,9 @@ def test_micro_batches_give_the_same_update(small_cfg):
     list(train(cfg, full))
     list(train(cfg.replace(micro_batch_size=4), micro))
     a, b = _weights(full), _weights(micro)
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    for k in a:  # AdamW moves a weight by up to lr = 3e-4 a step whatever its gradient's size, so float rounding
+        # of a near-zero gradient can move it by a few 1e-5; a wrong share of the loss moves weights by whole steps
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-4)
 
 
 def test_corrupt_checkpoint_is_a_clear_error(small_cfg, tmp_path):
