@@ -17,6 +17,7 @@ and checks (each ``ok`` or a failure; the exit status is 1 when one fails):
 - ``finite``: loss, gradient norm and KL are finite in every step;
 - ``ratio_one``: at each step's first update the new log-probs equal the old ones exactly;
 - ``shared_vs_plain``: shared-prompt and plain log-probs agree within bf16 tolerance;
+- ``packed_vs_plain``: the same for the packed row (``logprobs.pack_rows``: one forward, a block attention mask);
 - ``resume``: save a checkpoint, step, load it back, step again: the same loss and weights.
 """
 from __future__ import annotations
@@ -125,8 +126,10 @@ def check_model(name: str, args, device: torch.device) -> dict:
         with run_autocast(cfg, device), torch.no_grad():
             plain = completion_logprobs(run.policy, *args_lp)[0]
             shared = completion_logprobs(run.policy, *args_lp, share_prompt=True)[0]
+            packed = completion_logprobs(run.policy, *args_lp, share_prompt=True, pack_max_tokens=2**31)[0]
         m = ro.completion_mask.bool()
         shared_diff = float((plain - shared)[m].abs().max())
+        packed_diff = float((plain - packed)[m].abs().max())  # the packed row: one forward, a block mask
 
         with tempfile.TemporaryDirectory() as d:  # resume: the same step twice from one checkpoint
             path = save_checkpoint(run, d)
@@ -140,12 +143,14 @@ def check_model(name: str, args, device: torch.device) -> dict:
         dynamic_mod.sample_groups, step_mod.grpo_per_token_loss = real_sample, real_loss
 
     est = estimate_memory(config, cfg.num_prompts, cfg.num_generations, seen["Tp"], seen["Tc"], bf16=True,
-                          beta=cfg.beta, num_iterations=cfg.num_iterations, device=device.type)
+                          beta=cfg.beta, num_iterations=cfg.num_iterations, device=device.type,
+                          pack_max_tokens=cfg.pack_max_tokens)
     finite = all(torch.isfinite(torch.tensor([x["loss"], x["grad_norm"], x["kl"]])).all() for x in metrics)
     checks = {
         "finite": finite,
         "ratio_one": all(d == 0.0 for d in seen["first"]),
         "shared_vs_plain": shared_diff <= BF16_TOL,
+        "packed_vs_plain": packed_diff <= BF16_TOL,
         "resume": a["loss"] == b["loss"] and resume_diff <= 1e-6,
     }
     return {
@@ -156,6 +161,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
         "peak_memory_bytes": peak, "estimated_peak_bytes": est["peak"],
         "estimate_error": est["peak"] / peak - 1 if peak > 0 else float("nan"),
         "first_update_max_logp_diff": max(seen["first"]), "shared_vs_plain_max_diff": shared_diff,
+        "packed_vs_plain_max_diff": packed_diff,
         "resume_max_weight_diff": resume_diff, "checks": checks, "ok": all(checks.values()),
     }
 

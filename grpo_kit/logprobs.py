@@ -1,5 +1,11 @@
 """Per-token log-probabilities and entropies of completions under a causal LM.
 
+Three ways to run the forward, the same numbers up to float rounding (``completion_logprobs``):
+the plain one (every row whole, left-padded, as TRL does); the shared-cache one (each distinct
+prompt encoded once into a key-value cache its rows read, then the completions padded to the
+longest); the packed one (:func:`pack_rows`: the distinct prompts and every completion's real
+tokens in one row with a block attention mask, for batches of at most ``pack_max_tokens``).
+
 dtype policy (see ``step.py``): the model's logits arrive in the forward's dtype (bf16 under
 autocast) and stay in it; the temperature is applied in float32 *inside* the log-softmax, a
 chunk of rows at a time, so no full (B, Tc, V) float32 copy is made, in the forward or in the

@@ -70,7 +70,7 @@ def cache_argument(model) -> str:
     return _cache_argument_of(type(inner))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_argument_of(cls) -> str:
     return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 

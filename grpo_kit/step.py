@@ -15,7 +15,8 @@ dtype policy (``autocast_for``; the same code runs on CUDA and, for tests, on CP
   with ``num_iterations > 1`` the ratio is exactly 1 at the first update. Plain CPU training
   (the default) is float32 throughout.
 - Logits: only completion positions are projected onto the vocabulary (``logits_to_keep`` on
-  the plain path; the shared-prompt path keeps the last prompt position only), and they stay
+  the plain path and the packed path, ``logprobs.pack_rows``; the shared-cache path keeps the
+  last prompt position only), and they stay
   in the forward's dtype (bf16 under autocast, (B, Tc, V)) until the log-softmax. The
   temperature divides them in float32 inside the log-softmax, one chunk of rows at a time
   (``logprobs.LOGSOFTMAX_CHUNK`` elements), in the forward and in the backward, so no

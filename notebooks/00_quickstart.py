@@ -271,12 +271,12 @@ print(f"\nheld-out greedy accuracy: {base_acc:.1%} -> {after_acc:.1%} ({100 * (a
 #
 # | change | held-out accuracy at step 50 / 150 | what happened |
 # |---|---|---|
-# | none (G=8, P=16, lr 3e-4, `scale_rewards="none"`) | 52.0% / 74.0% | the reference |
-# | small groups: `num_generations=2, num_prompts=64` (same 128 samples a step) | 40.0% / 59.5% | in the last 10 steps 65% of the pairs were both right or both wrong (`frac_reward_zero_std`): no signal |
-# | large groups: `num_generations=32, num_prompts=4` | 25.5% / 49.0% | only 4 prompts a step: a noisy step, a deep early dip |
+# | none (G=8, P=16, lr 3e-4, `scale_rewards="none"`) | 52.0% / 72.5% | the reference |
+# | small groups: `num_generations=2, num_prompts=64` (same 128 samples a step) | 45.0% / 58.5% | in the last 10 steps 68% of the pairs were both right or both wrong (`frac_reward_zero_std`): no signal |
+# | large groups: `num_generations=32, num_prompts=4` | 25.0% / 47.0% | only 4 prompts a step: a noisy step, a deep early dip |
 # | `learning_rate=1e-4` | 58.0% / 71.0% | steadier early, slower late |
 # | `learning_rate=2e-3` | 0.0% / 0.0% | collapsed by step 50: in the last 10 steps every group was all wrong (`frac_reward_zero_std` = 1), so every advantage is 0 and nothing can pull it back; entropy *rose* from 0.83 (first step) to 1.26 (last 10 steps) |
-# | `scale_rewards="group"` (DeepSeekMath's z-score) | 37.0% / 80.5% | a deeper early dip, then ahead at 150 steps (notebook 01 explains the division) |
+# | `scale_rewards="group"` (DeepSeekMath's z-score) | 37.5% / 78.0% | a deeper early dip, then ahead at 150 steps (notebook 01 explains the division) |
 #
 # ## The claims, checked
 # In smoke mode (and in the full run) this cell checks the by-hand step: the advantages are the
