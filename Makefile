@@ -31,7 +31,8 @@ test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -ra -n $(JOBS) --dist worksteal
 
 # every notebook at its default (full) parameters, asserting every claim it teaches, and every
-# notebook's headless smoke run
+# notebook's headless smoke run; one test at a time (two full notebooks training on two threads
+# each ran 4-7x slower on 2 cores)
 test-full: $(STAMP)
 	$(VENV)/bin/python -m pytest -ra -m "full or headless"
 
