@@ -79,7 +79,7 @@ def bench_config(args) -> GRPOConfig:
                       scale_rewards=args.scale_rewards, learning_rate=args.lr, threads=args.threads,
                       device="cpu", steps=10**6, eval_every=0, eval_size=1, seed=args.seed,
                       share_prompt_prefix=not args.no_share, dedupe_completions=not args.no_dedupe,
-                      pack_max_tokens=0 if args.no_pack else 1024)
+                      **({"pack_max_tokens": 0} if args.no_pack else {}))
 
 
 # ---------------------------------------------------------------- the three steps

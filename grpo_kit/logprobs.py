@@ -145,9 +145,8 @@ def pack_rows(prompt_ids, prompt_mask, completion_ids, completion_mask, max_toke
     """The packed layout of a batch, or None when it would have more than ``max_tokens`` tokens
     (the attention mask is N x N) or the completion mask is not 1s then 0s.
 
-    Token i sees token j when both belong to the same prompt and either j is a prompt token at or
-    before i (i in the prompt), j is any token of the prompt (i in a completion), or j is in i's own
-    completion at or before i. Each completion then sees exactly what it sees in its own padded row
+    Token i sees token j when both belong to the same prompt and either j is in i's own segment (the
+    prompt, or i's completion) at or before i, or j is in the prompt and i in a completion. Each completion then sees exactly what it sees in its own padded row
     (its prompt and its own prefix, at the same positions), so the log-probs and gradients are those
     of separate rows, and every distinct prompt is encoded once.
     """
@@ -175,9 +174,9 @@ def pack_rows(prompt_ids, prompt_mask, completion_ids, completion_mask, max_toke
     row_of = torch.cat([torch.full((Np,), -1, device=dev), rows])  # (N,) -1 on prompt tokens
     idx = torch.arange(N, device=dev)  # (N,)
     before = idx[None, :] <= idx[:, None]  # (N, N) j at or before i
-    j_prompt, i_prompt = (row_of == -1)[None, :], (row_of == -1)[:, None]  # (1, N), (N, 1)
-    attend = (prompt_of[:, None] == prompt_of[None, :]) & (
-        (j_prompt & (~i_prompt | before)) | ((row_of[:, None] == row_of[None, :]) & before))  # (N, N)
+    same_segment = row_of[:, None] == row_of[None, :]  # (N, N) both in the prompts, or both in one completion
+    completion_sees_prompt = (row_of != -1)[:, None] & (row_of == -1)[None, :]  # (N, N)
+    attend = (prompt_of[:, None] == prompt_of[None, :]) & ((same_segment & before) | completion_sees_prompt)  # (N, N)
     last = plen.cumsum(0) - 1  # (P,) packed index of each prompt's last token
     keep = torch.cat([last, Np + torch.arange(Nc, device=dev)])  # (K,) = (P + Nc,)
     first_in = plen.numel() + nin.cumsum(0) - nin  # (B,) index in keep of each row's first input

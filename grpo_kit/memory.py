@@ -185,7 +185,10 @@ def estimate_memory(config, P: int, G: int, prompt_len: int, completion_len: int
     part["logits"] = logits_bytes(s, b, completion_len, bf16, temperature_scaled) + b * (completion_len + 1) * s.hidden * 4
     # forwards without gradients (reference, old log-probs): a cache for the shared prompt, one micro-batch's logits
     no_grad = logits_bytes(s, b, completion_len, bf16, temperature_scaled, grad=False)
-    no_grad += 5 * tokens * tokens if packed else kv_cache_bytes(s, b, prompt_len + completion_len, bf16) if shared else 0
+    if packed:
+        no_grad += 5 * tokens * tokens
+    elif shared:
+        no_grad += kv_cache_bytes(s, b, prompt_len + completion_len, bf16)
     part["no_grad_forward"] = no_grad if (need_ref or num_iterations > 1) else 0
     part["kv_cache"] = kv_cache_bytes(s, B, prompt_len + completion_len, bf16) + 3 * B * s.vocab * 4
     static = part["weights"] + part["reference"] + part["optimizer"]

@@ -143,12 +143,11 @@ def mix(run, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: lis
     """
     from .sampling import row_temperatures
     from .schedules import state
-    from .step import batch_logprobs, micro_slices, run_autocast
+    from .step import batch_logprobs, micro_slices, run_autocast, scoring
 
     buf = state(run).replay
     device = fresh.completion_ids.device
     ctx = run_autocast(cfg, device)
-    share, dedupe = getattr(cfg, "share_prompt_prefix", False), getattr(cfg, "dedupe_completions", False)
     step = run.step + 1  # the step being taken (metrics["step"])
     ages = [step - e["step"] for e in replayed]
     if replayed:
@@ -160,8 +159,8 @@ def mix(run, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: lis
         batch = fresh
     B, nf = batch.completion_ids.shape[0], fresh.completion_ids.shape[0]
     temps = row_temperatures(cfg.temperature, batch.num_prompts, batch.num_generations, device).unsqueeze(-1)
-    logp_now = batch_logprobs(run.policy, batch, temps, micro_slices(B, cfg.micro_batch_size), ctx, share,
-                              dedupe, getattr(cfg, "pack_max_tokens", 0))  # (B, Tc)
+    logp_now = batch_logprobs(run.policy, batch, temps, micro_slices(B, cfg.micro_batch_size), ctx,
+                              **scoring(cfg))  # (B, Tc)
     Tc_f = fresh.completion_ids.shape[1]
     buf.add(fresh, adv, logp_now[:nf, :Tc_f], step)  # the behaviour log-probs of the fresh groups
     metrics = {"replay/groups": float(len(replayed)), "replay/buffer_size": float(len(buf)),

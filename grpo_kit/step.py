@@ -78,6 +78,14 @@ def loss_mask(rollouts: Rollouts, mask_truncated: bool) -> torch.Tensor:
     return mask
 
 
+def scoring(cfg) -> dict:
+    """How a config's log-prob forwards run: the ``completion_logprobs`` keywords for prompt sharing,
+    merging identical rows and packing (off for a config that predates them)."""
+    return {"share_prompt": getattr(cfg, "share_prompt_prefix", False),
+            "dedupe": getattr(cfg, "dedupe_completions", False),
+            "pack_max_tokens": getattr(cfg, "pack_max_tokens", 0)}
+
+
 def batch_logprobs(model, rollouts: Rollouts, temps, slices, ctx, share_prompt: bool = False,
                    dedupe: bool = False, pack_max_tokens: int = 0) -> torch.Tensor:
     """Log-probs (B, Tc) of the rollouts under ``model``, without gradients, micro-batch by micro-batch."""
@@ -130,11 +138,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     need_ref = ref is not None and (cfg.beta != 0.0 or cfg.log_kl)
     if cfg.beta != 0.0 and ref is None:
         raise ValueError("beta != 0 needs a reference model")
-    share, dedupe = getattr(cfg, "share_prompt_prefix", False), getattr(cfg, "dedupe_completions", False)
-    pack = getattr(cfg, "pack_max_tokens", 0)
-    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, share, dedupe, pack) if need_ref else None  # (B, Tc)
+    kw = scoring(cfg)
+    ref_logp = batch_logprobs(ref, rollouts, temps, slices, ctx, **kw) if need_ref else None  # (B, Tc)
     # with a single update the sampling policy is the current one: old = logp.detach() (as TRL)
-    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, share, dedupe, pack) if cfg.num_iterations > 1 else None
+    old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, **kw) if cfg.num_iterations > 1 else None
 
     params = [p for p in policy.parameters() if p.requires_grad]
     sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
@@ -155,8 +162,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                 logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
-                                                entropy_grad=cfg.entropy_coef != 0, share_prompt=share,
-                                                dedupe=dedupe, pack_max_tokens=pack)
+                                                entropy_grad=cfg.entropy_coef != 0, **kw)
             logp = at_least_fp32(logp)  # (b, Tc)
             old = old_logp[s] if old_logp is not None else logp.detach()
             if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them
