@@ -158,7 +158,10 @@ def test_bf16_and_float32_steps_agree_roughly():
     cfg = _cfg(steps=1)
     a, b = setup(cfg), setup(cfg.replace(bf16_on_cpu=False))
     ma, mb = grpo_step(a), grpo_step(b)
-    assert ma["reward"] == mb["reward"]  # same sampled tokens on the tiny model (bf16 rarely flips a draw)
+    # bf16 rounds the logits (8 mantissa bits), and a CPU without native bf16 kernels rounds in other
+    # places than one with them: a draw or two of the B = 8 may flip, so the mean reward (each
+    # completion 0 or 1) agrees to two completions' worth, not bit for bit
+    assert abs(ma["reward"] - mb["reward"]) <= 2 / 8
     assert ma["loss"] == pytest.approx(mb["loss"], abs=0.02)
 
 
