@@ -148,16 +148,17 @@ def required_columns(f: RewardFunc) -> list[str]:
 
 
 def check_columns(funcs: Sequence[RewardFunc], columns: dict[str, list]) -> None:
-    """:class:`BadRequest` naming the field when a judge needs a column the request lacks or leaves null."""
+    """:class:`BadRequest` naming the field when a judge needs a column the request lacks or leaves
+    null or empty (the kit's own client sends ``labels`` of "" for a dataset without answers)."""
     for f in funcs:
         for c in required_columns(f):
             field = "'labels' (the reference answers)" if c == "answer" else f"'columns': {{'{c}': [...]}}"
             if c not in columns:
                 raise BadRequest(f"judge {_name(f)!r} needs '{c}' for every query and the request has none: "
                                  f"send {field}, one value per query")
-            nulls = [i for i, v in enumerate(columns[c]) if v is None]
+            nulls = [i for i, v in enumerate(columns[c]) if v is None or v == ""]
             if nulls:
-                raise BadRequest(f"judge {_name(f)!r} needs '{c}' for every query and it is null for queries "
+                raise BadRequest(f"judge {_name(f)!r} needs '{c}' for every query and it is null or empty for queries "
                                  f"{nulls[:10]}: send {field} with a value for each")
 
 
