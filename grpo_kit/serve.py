@@ -208,8 +208,8 @@ class Judges:
         with self._guard:
             if k in self._stuck:
                 raise JudgeUnavailable(f"judge {name!r} is stuck: a call started {time.monotonic() - self._stuck[k]:.0f} s "
-                                       f"ago has not returned (limit {self.timeout_s} s); fix the judge and restart "
-                                       f"serve-judge")
+                                       f"ago has not returned (limit {self.timeout_s} s), and it is "
+                                       f"refused until that call returns: fix the judge, or restart serve-judge")
         box: dict = {}
         done = threading.Event()  # set under _guard, so "not done" and "stuck" are decided together
         start = time.monotonic()
