@@ -146,18 +146,18 @@ def test_a_hung_judge_answers_503_by_name_and_health_says_it_is_stuck():
         return [1.0] * len(completions)
 
     try:
-        with serving(hangs, "format", judge_timeout_s=0.3) as server:
+        with serving(hangs, "format", judge_timeout_s=1.0) as server:
             assert request(server, "GET", "/health") == (200, {"judges": ["hangs", "format_reward"],
                                                                "endpoint": "POST /get_reward", "stuck": {}})
             t0 = time.monotonic()
             status, answer = request(server, payload=GOOD)
-            assert status == 503 and "judge 'hangs' did not return within --judge-timeout 0.3 s" in answer["error"]
+            assert status == 503 and "judge 'hangs' did not return within --judge-timeout 1.0 s" in answer["error"]
             assert time.monotonic() - t0 < 3
             status, health = request(server, "GET", "/health")
             assert status == 503 and list(health["stuck"]) == ["hangs"] and "hangs" in health["error"]
             t0 = time.monotonic()  # later requests are not blocked: refused at once while the call is stuck
             status, answer = request(server, payload=GOOD)
-            assert status == 503 and "judge 'hangs' is stuck" in answer["error"] and time.monotonic() - t0 < 0.3
+            assert status == 503 and "judge 'hangs' is stuck" in answer["error"] and time.monotonic() - t0 < 0.8
             release.set()  # the stuck call returns: the judge serves again
             for _ in range(100):
                 if request(server, "GET", "/health")[0] == 200:
