@@ -45,6 +45,23 @@ def _positive_int(s: str) -> int:
     return v
 
 
+def _port(s: str) -> int:
+    v = _positive_int(s)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 0 to 65535, got {v} (0 picks a free one)")
+    return v
+
+
+def _seconds(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {s!r}") from None
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {s}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="grpo-kit", description="Learn and experiment with GRPO on a tiny model or a real one.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -109,8 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--judge", action="append", required=True, metavar="SPEC",
                    help="a reward_funcs entry: a name of judges.REWARD_FUNCS, package.module:function, "
                         "learned:PATH or remote:URL; repeat for several (the rewards are their sum)")
-    v.add_argument("--port", type=_positive_int, default=5000, help="0 picks a free port (printed)")
-    v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    v.add_argument("--port", type=_port, default=5000, help="0 picks a free port (printed)")
+    v.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; an IPv6 one such as ::1 serves IPv6)")
+    v.add_argument("--judge-timeout", type=_seconds, default=20.0, metavar="SECONDS",
+                   help="time limit of one judge call (default 20); a call past it answers 503 naming the judge, "
+                        "and GET /health answers 503 while it is still running")
     m = sub.add_parser("make-base", help="rebuild the tiny base model by supervised training from its seed")
     m.add_argument("--task", default="add2")
     m.add_argument("--seed", type=_positive_int, default=0)
@@ -460,9 +481,10 @@ def cmd_serve_judge(args) -> int:
     """Serve judges until Ctrl-C; the first line printed names the bound address."""
     from .serve import make_server
 
-    server = make_server(args.judge, args.host, args.port)
+    server = make_server(args.judge, args.host, args.port, judge_timeout_s=args.judge_timeout)
     host, port = server.server_address[:2]
-    print(f"grpo-kit serve-judge: listening on http://{host}:{port}/get_reward (judges: "
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    print(f"grpo-kit serve-judge: listening on http://{shown}:{port}/get_reward (judges: "
           f"{', '.join(map(str, args.judge))})", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"grpo-kit: warning: bound to {host}: anyone who can reach this machine can call the judges",
