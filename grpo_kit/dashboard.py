@@ -35,6 +35,7 @@ import html
 import math
 import os
 import re
+import textwrap
 import threading
 import time
 
@@ -111,6 +112,11 @@ class RunStyles:
 
     def colour(self, name: str | None) -> str:
         return self(name)[0]
+
+    def variant_colour(self, variant: str) -> str:
+        """The colour of a variant's runs (``"dapo"`` for ``"dapo seed 0"``, ``"dapo seed 1"``), for a
+        summary figure that draws the variant's mean over seeds in the colour of its runs."""
+        return self._variant_colour.get(variant) or self(variant)[0]
 
     def _new(self, variant: str) -> tuple[str, str]:
         used = set(self.styles.values())
@@ -553,6 +559,13 @@ def draw_panels(series: dict[str, _Series], styles: RunStyles, keys=None, marks=
     for name in series:
         styles(name)  # every run has its style before any is drawn: the order of the runs decides
     for ax, panel in zip(axes.flat, panels):
+        note = empty_reason(panel, list(series.values()))
+        head = f"{panel_title(panel)}: {note}" if note else panel_title(panel)
+        ax.set_title(textwrap.fill(head, 48), fontsize=9)
+        if not any(s.get(key)[0] for s in series.values() for key, _ in panel_lines(panel)):
+            ax.set_xticks([])
+            ax.set_yticks([])  # nothing to draw: the title says why
+            continue
         for v, s in series.items():
             colour, dash = styles(v)
             ls = MPL_DASHES[dash]
@@ -573,8 +586,6 @@ def draw_panels(series: dict[str, _Series], styles: RunStyles, keys=None, marks=
             if panel == panels[0]:
                 ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
                             va="top", ha="right")
-        note = empty_reason(panel, list(series.values()))
-        ax.set_title(f"{panel_title(panel)}: {note}" if note else panel_title(panel), fontsize=10)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
