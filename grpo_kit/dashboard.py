@@ -18,9 +18,11 @@ them. ``live=None`` decides by itself (see :func:`frontend_available`); ``live=F
 the static figure, and the environment variable ``GRPO_KIT_DASHBOARD=live|static`` overrides
 the automatic choice for every dashboard.
 
-Several runs share the figures: each ``variant`` gets its colour from a fixed palette keyed by
-its first word (``"dr_grpo seed 1"`` -> ``dr_grpo``), the same in every notebook, and a line
-style from its last number (the seed), see :func:`variant_style`.
+Several runs share the figures: each run gets its own colour from one ordered palette, in the
+order runs first appear; the seeds of one variant (``"dr_grpo seed 0"``, ``"dr_grpo seed 1"``)
+share their variant's colour and differ by line style (see :class:`RunStyles`). The live figure,
+the static figure and :func:`compare_runs` of the same runs use the same colours, and no two runs
+get the same colour *and* line style (up to 60 runs). A panel with no data says why in its title.
 
 Redraws are throttled (at most one every ``min_interval_s``, default 1 s, plus one at each eval
 and at the end) inside ``fig.batch_update()``, so the dashboard costs a few percent of a step at
@@ -33,20 +35,17 @@ import html
 import math
 import os
 import re
+import textwrap
 import threading
 import time
-import zlib
 
-# tab10 / D3: the colours matplotlib and plotly both default to
+# tab10 / D3: the colours matplotlib and plotly both default to, in the order runs receive them
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-# fixed colour per variant family (first word of the variant name); others hash into the palette
-FAMILY_COLOUR = {
-    "grpo": 0, "group": 0, "dr_grpo": 1, "none": 1, "dapo": 2, "bnpo": 3, "rloo": 4, "rank": 5,
-    "pairwise": 6, "kmeans": 7, "batch": 8, "topk": 9,
-}
-DASHES = ("solid", "dash", "dot", "dashdot")          # plotly names, by the variant's last number
-MPL_DASHES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}
+# plotly dash names; a variant's seeds take them in order
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+MPL_DASHES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-.",
+              "longdash": (0, (9, 3)), "longdashdot": (0, (9, 3, 2, 3))}
 
 # (panel key, title); the order is the grid order (2 rows x 4 columns)
 PANELS = (
@@ -78,28 +77,60 @@ ROWS, COLS = 2, 4
 STEP_DELAY_ENV = "GRPO_KIT_DASHBOARD_STEP_DELAY"
 
 
-def variant_family(variant: str | None) -> str:
-    """The first word of a variant's name, lower case: ``"Dr_GRPO seed 2"`` -> ``"dr_grpo"``."""
-    words = re.split(r"[\s(),:;/]+", (variant or "run").strip())
-    return next((w for w in words if w), "run").lower()
+_SEED = re.compile(r"^(?P<variant>.*?)[\s,;:(]*\bseed[\s=:]*(?P<seed>\d+)\)?\s*$", re.IGNORECASE)
 
 
-def variant_colour(variant: str | None) -> str:
-    """A colour that depends only on the variant's family, so it is the same in every notebook."""
-    fam = variant_family(variant)
-    idx = FAMILY_COLOUR.get(fam, zlib.crc32(fam.encode()) % len(PALETTE))
-    return PALETTE[idx]
+def split_seed(name: str) -> tuple[str, str | None]:
+    """A run name's variant and seed: ``"dr_grpo seed 2"`` -> ``("dr_grpo", "2")``; ``"broken"`` ->
+    ``("broken", None)``. Runs with the same variant share a colour and differ by line style."""
+    m = _SEED.match(name.strip())
+    if m and m.group("variant"):
+        return m.group("variant"), m.group("seed")
+    return name.strip(), None
 
 
-def variant_style(variant: str | None) -> tuple[str, str]:
-    """(colour, plotly dash) of a variant: colour by family; dash by its last number (the seed), else by
-    the rest of its name (never solid, so it differs from the bare family name), else solid."""
-    rest = (re.split(r"[\s(),:;/]+", (variant or "").strip(), maxsplit=1)[1:] or [""])[0]  # after the first word
-    nums = re.findall(r"\d+", rest)
-    if nums:
-        return variant_colour(variant), DASHES[int(nums[-1]) % len(DASHES)]
-    # "grpo same-answers" vs "grpo same-updates": one colour, a dash fixed by the rest of the name
-    return variant_colour(variant), DASHES[1 + zlib.crc32(rest.lower().encode()) % (len(DASHES) - 1)] if rest else "solid"
+class RunStyles:
+    """(colour, dash) for each run name, assigned in the order the names are first asked for.
+
+    A new variant takes the first palette colour no variant has yet (after all 10, the first
+    colour with a dash still free); a run of a variant already seen (another seed) takes its
+    variant's colour and the next dash not yet used with that colour. So no two runs share a
+    colour and a dash (up to ``len(PALETTE) * len(DASHES)`` = 60 runs; beyond that pairs repeat),
+    and a name always keeps the style it first got. One instance serves every figure of a set of
+    runs, so the live figure, the static one and a summary figure agree.
+    """
+
+    def __init__(self):
+        self.styles: dict[str, tuple[str, str]] = {}
+        self._variant_colour: dict[str, str] = {}
+
+    def __call__(self, name: str | None) -> tuple[str, str]:
+        name = name or "run"
+        if name not in self.styles:
+            self.styles[name] = self._new(split_seed(name)[0])
+        return self.styles[name]
+
+    def colour(self, name: str | None) -> str:
+        return self(name)[0]
+
+    def variant_colour(self, variant: str) -> str:
+        """The colour of a variant's runs (``"dapo"`` for ``"dapo seed 0"``, ``"dapo seed 1"``), for a
+        summary figure that draws the variant's mean over seeds in the colour of its runs."""
+        return self._variant_colour.get(variant) or self(variant)[0]
+
+    def _new(self, variant: str) -> tuple[str, str]:
+        used = set(self.styles.values())
+        colour = self._variant_colour.get(variant)
+        if colour is None:
+            taken = set(self._variant_colour.values())
+            colour = next((c for c in PALETTE if c not in taken), None)
+            if colour is None:  # more variants than colours: a colour whose solid line is free, then any dash
+                colour = next((c for d in DASHES for c in PALETTE if (c, d) not in used), PALETTE[0])
+            self._variant_colour[variant] = colour
+        dash = next((d for d in DASHES if (colour, d) not in used), None)
+        if dash is None:  # this colour's dashes are spent: the first free pair of any colour
+            return next(((c, d) for d in DASHES for c in PALETTE if (c, d) not in used), (colour, DASHES[0]))
+        return colour, dash
 
 
 def frontend_available() -> bool:
@@ -132,12 +163,16 @@ def _num(x) -> float | None:
 
 
 class _Series:
-    """What the dashboard keeps of one variant: x and y per metric key, the latest group."""
+    """What the dashboard keeps of one run: x and y of every numeric metric, its plan, its end."""
 
     def __init__(self):
         self.points: dict[str, tuple[list, list]] = {}
         self.last_step = 0
         self.stopped = False
+        self.total: int | None = None   # the steps the run will take (its config's), when known
+        self.budget: int | None = None  # its completion budget, when it has one
+        self.spent = 0                  # completions generated so far
+        self.cfg = None                 # its config (a GRPOConfig or a dict), to say why a panel is empty
 
     def add(self, key: str, step, value) -> None:
         v = _num(value)
@@ -148,6 +183,51 @@ class _Series:
 
     def get(self, key: str) -> tuple[list, list]:
         return self.points.get(key, ([], []))
+
+    def plan(self, cfg) -> None:
+        """Take the step count and the completion budget from the run's config."""
+        self.cfg = cfg
+        steps, budget = _field(cfg, "steps"), _field(cfg, "completion_budget")
+        self.budget = int(budget) if budget else None
+        self.total = None if self.budget else (int(steps) if steps else None)
+
+
+def _field(cfg, name: str):
+    """A field of a GRPOConfig or of a config dict; None when absent."""
+    return cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+
+
+def panel_lines(panel: str) -> list[tuple[str, str]]:
+    """(metric key, line name) drawn in a panel: a dashboard panel's lines, or one metric by its key."""
+    return LINES.get(panel, [(panel, panel)])
+
+
+def panel_title(panel: str) -> str:
+    return dict(PANELS).get(panel, panel)
+
+
+def empty_reason(panel: str, series: list[_Series]) -> str | None:
+    """Why ``panel`` shows nothing useful for these runs (None when it shows data that varies):
+    ``"not logged (log_kl: false, beta: 0)"``, ``"0 at every step (one update per batch: ..."``."""
+    values = [v for s in series for key, _ in panel_lines(panel) for v in s.get(key)[1]]
+    cfgs = [s.cfg for s in series if s.cfg is not None]
+
+    def every(name, test):
+        return bool(cfgs) and all(test(_field(c, name)) for c in cfgs)
+
+    if not values:
+        if panel == "kl" and every("beta", lambda b: not b) and every("log_kl", lambda x: not x):
+            return "not logged (log_kl: false, beta: 0)"
+        if panel == "accuracy" and every("eval_every", lambda e: not e):
+            return "not logged (eval_every: 0)"
+        if panel == "length":
+            return "not logged (no correctness judge tells right from wrong)"
+        return "not logged in these runs"
+    if panel == "clip_ratio" and all(v == 0 for v in values):
+        if every("num_iterations", lambda n: n in (None, 1)):
+            return "0 at every step (one update per batch: the ratio is 1, nothing to clip)"
+        return "0 at every step"
+    return None
 
 
 def _cell_colour(value, lo: float, hi: float, diverging: bool) -> str:
@@ -195,14 +275,18 @@ class Dashboard:
     (:func:`frontend_available`), True = widgets, False = one static image at ``close()``.
     ``min_interval_s``: the shortest time between two redraws of the live figures.
     ``height``/``width``: of the live figure in pixels (``width=None``: plotly's default).
+    ``styles``: a :class:`RunStyles` to share with other figures of the same runs (default: a new one;
+    ``dash.styles`` is the one to pass to :func:`compare_runs` for a summary figure in the same colours).
     """
 
     def __init__(self, total_steps: int, title: str = "GRPO training", live: bool | None = None,
-                 min_interval_s: float = 1.0, height: int = 540, width: int | None = 1000):
+                 min_interval_s: float = 1.0, height: int = 540, width: int | None = 1000,
+                 styles: RunStyles | None = None):
         self.total_steps, self.title, self.min_interval_s = int(total_steps), title, min_interval_s
         self.height, self.width = height, width
         self.live = frontend_available() if live is None else bool(live)
         self.series: dict[str, _Series] = {}
+        self.styles = styles if styles is not None else RunStyles()
         self.marks: list[tuple[float, str, str | None]] = []
         self.samples, self.samples_step, self.samples_variant = None, None, None
         self.current: str | None = None
@@ -251,26 +335,28 @@ class Dashboard:
 
     # ------------------------------------------------------------------ data in
     def update(self, m: dict, variant: str | None = None, run=None) -> None:
-        """Add one metric dict from ``train()``. ``run`` (optional): its step-0 held-out accuracy
-        (``run.evals[0]``) is added to the accuracy panel the first time a variant is seen. Findings of
+        """Add one metric dict from ``train()``. ``run`` (optional): the first time a variant is seen, its
+        step-0 held-out accuracy (``run.evals[0]``) is added to the accuracy panel, and its config tells the
+        steps it will take (or its completion budget) and why a panel stays empty. Findings of
         ``train()``'s live diagnostics (``m["findings"]``) are marked on every panel at their step."""
         t0 = time.perf_counter()
         name = variant or "run"
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = _Series()
+            self.styles(name)
             evals = getattr(run, "evals", None)
             if evals:
                 s.add("accuracy", evals[0][0], evals[0][1])
+            if getattr(run, "cfg", None) is not None:
+                s.plan(run.cfg)
         self.current = name
         step = m.get("step", s.last_step + 1)
         s.last_step = step
-        for keys in LINES.values():
-            for key, _ in keys:
-                if key in m:
-                    s.add(key, step, m[key])
-        if "reward_std" in m:
-            s.add("reward_std", step, m["reward_std"])
+        for key, value in m.items():
+            if isinstance(value, (int, float)) and key != "step":
+                s.add(key, step, value)
+        s.spent = int(m.get("completions_total", s.spent) or 0)
         if m.get("stopped"):
             s.stopped = True
         if m.get("samples"):
@@ -282,7 +368,7 @@ class Dashboard:
             self._show_button()
             now = time.perf_counter()
             if (now - self._last_draw >= self.min_interval_s or "accuracy" in m or m.get("stopped")
-                    or step >= self.total_steps):
+                    or step >= (s.total or self.total_steps)):
                 self._redraw()
                 self._last_draw = time.perf_counter()
         self.overhead_s += time.perf_counter() - t0
@@ -323,16 +409,23 @@ class Dashboard:
 
     # ------------------------------------------------------------------ text
     def progress_text(self) -> str:
+        """Where the current run is: its step of the steps it will take, or the completions it spent
+        of its budget; a finished run says after how many steps."""
         s = self.series.get(self.current) if self.current else None
         if s is None:
             return f"{self.title}: waiting for the first step of {self.total_steps}"
         done = len(self.series)
         who = html.escape(self.current) + (f" (run {done})" if done > 1 else "")
+        total = s.total or self.total_steps
+        spend = ""
+        if s.budget:  # the steps a budget buys at the rate spent so far (a replay or dynamic run takes more)
+            total = max(s.last_step, math.ceil(s.budget * s.last_step / s.spent)) if s.spent else total
+            spend = f" ({s.spent:,} of {s.budget:,} completions)"
         if s.stopped:
-            return f"{who}: stopped at step {s.last_step} of {self.total_steps}"
-        if self._closed or s.last_step >= self.total_steps:
-            return f"{who}: finished, {s.last_step} of {self.total_steps} steps"
-        return f"{who}: step {s.last_step} of {self.total_steps}"
+            return f"{who}: stopped at step {s.last_step} of {total}{spend}"
+        if self._closed or (not s.budget and s.last_step >= total):
+            return f"{who}: finished after {s.last_step} steps" + (f" ({s.spent:,} completions)" if s.budget else "")
+        return f"{who}: step {s.last_step} of {total}{spend}"
 
     # ------------------------------------------------------------------ live widgets
     def _build_widgets(self) -> None:
@@ -368,7 +461,7 @@ class Dashboard:
 
         i = [p for p, _ in PANELS].index(panel)
         row, col = i // COLS + 1, i % COLS + 1
-        colour, dash = variant_style(variant)
+        colour, dash = self.styles(variant)
         first = not any(k[0] == variant for k in self._traces)
         common = dict(x=[], y=[], legendgroup=variant, name=variant, showlegend=False)
         if line == "band":  # upper and lower edge of mean ± std, filled between
@@ -414,7 +507,7 @@ class Dashboard:
             if len(self.marks) != self._shapes_drawn:
                 shapes, notes = list(self.fig.layout.shapes), list(self.fig.layout.annotations)
                 for step, label, variant in self.marks[self._shapes_drawn:]:
-                    colour = variant_colour(variant) if variant else "#444444"
+                    colour = self.styles.colour(variant) if variant else "#444444"
                     for k in range(1, len(PANELS) + 1):
                         ax = "" if k == 1 else str(k)
                         shapes.append(dict(type="line", x0=step, x1=step, y0=0, y1=1, xref=f"x{ax}",
@@ -423,53 +516,141 @@ class Dashboard:
                                       textangle=-90, xanchor="right", yanchor="top", font=dict(size=9, color=colour)))
                 self.fig.layout.shapes, self.fig.layout.annotations = shapes, notes
                 self._shapes_drawn = len(self.marks)
+        series = list(self.series.values())
+        for i, (panel, title) in enumerate(PANELS):  # a panel that stays empty says why
+            note = empty_reason(panel, series) if any(len(x.get("reward")[0]) >= 2 for x in series) else None
+            text = f"{title}: {note}" if note else title
+            if self.fig.layout.annotations[i].text != text:
+                self.fig.layout.annotations[i].text = text
         s = self.series.get(self.current)
         if s is not None:
-            self.progress.value = min(s.last_step, self.progress.max)
-            self.progress.bar_style = "warning" if s.stopped else ("success" if s.last_step >= self.total_steps else "")
+            if s.budget:
+                self.progress.max, self.progress.value = s.budget, min(s.spent, s.budget)
+            else:
+                self.progress.max = max(s.total or self.total_steps, 1)
+                self.progress.value = min(s.last_step, self.progress.max)
+            ended = s.stopped or self._closed or (not s.budget and s.last_step >= (s.total or self.total_steps))
+            self.progress.bar_style = "warning" if s.stopped else ("success" if ended else "")
         self.progress_label.value = self.progress_text()
         self.table.value = group_table_html(self.samples, self.samples_step, self.samples_variant)
 
     # ------------------------------------------------------------------ static figure
-    def static_figure(self):
-        """The same panels with matplotlib (what ``close()`` shows headless)."""
-        import matplotlib.pyplot as plt
+    def static_figure(self, keys=None):
+        """The same panels with matplotlib (what ``close()`` shows headless); ``keys``: other panels
+        (dashboard panel names or metric keys, see :func:`compare_runs`)."""
+        title = f"{self.title} — {re.sub('<[^>]+>', '', self.progress_text())}"
+        return draw_panels(self.series, self.styles, keys, self.marks, title)
 
-        fig, axes = plt.subplots(ROWS, COLS, figsize=(16, 6.5), constrained_layout=True)
-        for ax, (panel, title) in zip(axes.flat, PANELS):
-            for v, s in self.series.items():
-                colour, dash = variant_style(v)
-                ls = MPL_DASHES[dash]
-                if panel == "reward" and s.get("reward_std")[0]:
-                    (xl, yl), (_, yh) = _band(s)
-                    ax.fill_between(xl, yl, yh, color=colour, alpha=0.18, lw=0)
-                for key, line in LINES[panel]:
-                    x, y = s.get(key)
-                    if not x:
-                        continue
-                    wrong = line == "wrong"
-                    ax.plot(x, y, ls, color=colour, lw=1.2 if wrong else 1.8, alpha=0.55 if wrong else 1.0,
-                            marker="o" if panel == "accuracy" else None, ms=3,
-                            label=f"{v} ({line})" if panel == "length" else v)
-            for step, label, variant in self.marks:
-                ax.axvline(step, color=variant_colour(variant) if variant else "#444", ls=":", lw=1)
-                if panel == PANELS[0][0]:
-                    ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
-                                va="top", ha="right")
-            ax.set_title(title, fontsize=10)
-            ax.set_xlabel("step", fontsize=8)
-            ax.grid(alpha=0.3)
-        handles, labels = [], []
-        for ax in axes.flat:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                if lab not in labels and "(wrong)" not in lab:
-                    handles.append(h)
-                    labels.append(lab.replace(" (right)", ""))
-        if handles:
-            fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8,
-                       bbox_to_anchor=(0.5, -0.06))
-        fig.suptitle(f"{self.title} — {re.sub('<[^>]+>', '', self.progress_text())}")
-        return fig
+
+def draw_panels(series: dict[str, _Series], styles: RunStyles, keys=None, marks=(), title: str = "",
+                smooth: int = 1):
+    """A matplotlib figure with one panel per key (default: the dashboard's eight), one line per run in
+    its :class:`RunStyles` colour and dash, one legend entry per run, and a title that says why a panel
+    is empty. ``marks``: (step, label, run name) drawn as dotted lines in the run's colour; ``smooth``:
+    a trailing mean over that many points (accuracy is never smoothed)."""
+    from .plotting import smooth as trailing_mean
+
+    import matplotlib.pyplot as plt
+
+    panels = list(keys) if keys is not None else [p for p, _ in PANELS]
+    cols = min(COLS, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.25 * rows), constrained_layout=True, squeeze=False)
+    for name in series:
+        styles(name)  # every run has its style before any is drawn: the order of the runs decides
+    for ax, panel in zip(axes.flat, panels):
+        note = empty_reason(panel, list(series.values()))
+        head = f"{panel_title(panel)}: {note}" if note else panel_title(panel)
+        ax.set_title(textwrap.fill(head, 48), fontsize=9)
+        if not any(s.get(key)[0] for s in series.values() for key, _ in panel_lines(panel)):
+            ax.set_xticks([])
+            ax.set_yticks([])  # nothing to draw: the title says why
+            continue
+        for v, s in series.items():
+            colour, dash = styles(v)
+            ls = MPL_DASHES[dash]
+            if panel == "reward" and s.get("reward_std")[0]:
+                (xl, yl), (_, yh) = _band(s)
+                ax.fill_between(xl, yl, yh, color=colour, alpha=0.18, lw=0)
+            for key, line in panel_lines(panel):
+                x, y = s.get(key)
+                if not x:
+                    continue
+                wrong = line == "wrong"
+                y = y if smooth <= 1 or panel == "accuracy" else trailing_mean(y, smooth)
+                ax.plot(x, y, linestyle=ls, color=colour, lw=1.2 if wrong else 1.8, alpha=0.55 if wrong else 1.0,
+                        marker="o" if panel == "accuracy" else None, ms=3,
+                        label=f"{v} ({line})" if panel == "length" else v)
+        for step, label, variant in marks:
+            ax.axvline(step, color=styles.colour(variant) if variant else "#444", ls=":", lw=1)
+            if panel == panels[0]:
+                ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
+                            va="top", ha="right")
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            lab = lab.replace(" (right)", "")
+            if lab not in labels and "(wrong)" not in lab:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _history_of(run) -> tuple[list[dict], dict | None, list]:
+    """(metric rows, config dict or None, evals) of a history list, a ``Run``, or a run folder."""
+    from pathlib import Path
+
+    if isinstance(run, (str, Path)):
+        import json
+
+        import yaml
+
+        folder = Path(run).expanduser()
+        hist_file = folder / "history.jsonl"
+        if not hist_file.is_file():
+            raise FileNotFoundError(f"{folder} has no history.jsonl; pass a run folder written by grpo-kit "
+                                    f"or the run's list of metric rows")
+        rows = [json.loads(line) for line in hist_file.read_text().splitlines() if line.strip()]
+        cfg_file = folder / "config.yaml"
+        cfg = yaml.safe_load(cfg_file.read_text()) if cfg_file.is_file() else None
+        return rows, cfg if isinstance(cfg, dict) else None, []
+    if hasattr(run, "history"):
+        return list(run.history), getattr(run, "cfg", None), list(getattr(run, "evals", []) or [])
+    return list(run), None, []
+
+
+def compare_runs(runs: dict, keys=None, styles: RunStyles | None = None, title: str = "", smooth: int = 1,
+                 marks=()):
+    """One matplotlib figure of several runs, side by side: ``runs`` maps a run's name to its history
+    (a list of metric rows), a ``Run`` or its run folder; ``keys`` are the panels (dashboard panel
+    names such as ``"reward"`` or ``"length"``, or any metric key such as ``"completions/distinct_frac"``;
+    default the dashboard's eight). Colours and line styles follow :class:`RunStyles` in the order of
+    ``runs`` (pass a dashboard's ``dash.styles`` to draw its runs in the same colours). ``smooth``: a
+    trailing mean over that many steps; ``marks``: (step, label, run name) tuples, e.g. where a
+    diagnostic finding starts. Returns the figure."""
+    styles = styles if styles is not None else RunStyles()
+    series: dict[str, _Series] = {}
+    for name, run in runs.items():
+        rows, cfg, evals = _history_of(run)
+        s = series[str(name)] = _Series()
+        if cfg is not None:
+            s.plan(cfg)
+        for st, acc in evals[:1]:
+            s.add("accuracy", st, acc)
+        for i, m in enumerate(rows):
+            step = m.get("step", i + 1)
+            for key, value in m.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    s.add(key, step, value)
+    return draw_panels(series, styles, keys, marks, title=title, smooth=smooth)
 
 
 def _band(s: _Series) -> tuple[tuple[list, list], tuple[list, list]]:

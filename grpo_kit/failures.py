@@ -197,8 +197,18 @@ class FailureRun:
     def kinds(self) -> list[str]:
         return [f.kind for f in self.findings]
 
+    @property
+    def evals(self) -> list[tuple[int, float]]:
+        return self.run.evals
+
     def first(self, kind: str):
         return next((f for f in self.findings if f.kind == kind), None)
+
+
+def finding_marks(runs: dict[str, FailureRun], kind: str) -> list[tuple[int, str, str]]:
+    """(step, kind, run name) where each run's first ``kind`` finding starts: the ``marks`` of
+    ``dashboard.compare_runs``, drawn in each run's colour."""
+    return [(f.step, kind, name) for name, r in runs.items() if (f := r.first(kind)) is not None]
 
 
 def run_failure(name: str, seed: int = 0, fixed: bool = False, steps: int | None = None,

@@ -318,16 +318,16 @@ print(f"\nall {len(compare)} runs: {compare_seconds:.0f} s")
 shorts = [name.split()[0] for name in VARIANTS]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
 summary = {}
-for c, short in enumerate(shorts):
+for short in shorts:
     runs = [compare[(short, seed)] for seed in SEEDS]
     steps = [st for st, _ in runs[0].evals]
     accs = torch.tensor([[a for _, a in r.evals] for r in runs])                      # (seeds, evals)
-    axes[1].plot(steps, accs.mean(0), "o-", color=f"C{c}", label=short)
-    axes[1].fill_between(steps, accs.min(0).values, accs.max(0).values, color=f"C{c}", alpha=0.2)
+    axes[1].plot(steps, accs.mean(0), "o-", color=compare_dash.styles.variant_colour(short), label=short)
+    axes[1].fill_between(steps, accs.min(0).values, accs.max(0).values, color=compare_dash.styles.variant_colour(short), alpha=0.2)
     rewards = torch.tensor([smooth([m["reward"] for m in r.history], 20) for r in runs])  # (seeds, steps)
     xs = [m["step"] for m in runs[0].history]
-    axes[0].plot(xs, rewards.mean(0), color=f"C{c}", label=short)
-    axes[0].fill_between(xs, rewards.min(0).values, rewards.max(0).values, color=f"C{c}", alpha=0.2)
+    axes[0].plot(xs, rewards.mean(0), color=compare_dash.styles.variant_colour(short), label=short)
+    axes[0].fill_between(xs, rewards.min(0).values, rewards.max(0).values, color=compare_dash.styles.variant_colour(short), alpha=0.2)
     final_accs = accs[:, -1]
     summary[short] = dict(mean=float(final_accs.mean()), min=float(final_accs.min()), max=float(final_accs.max()),
                           std=float(final_accs.std()) if len(SEEDS) > 1 else 0.0, per_seed=final_accs.tolist())

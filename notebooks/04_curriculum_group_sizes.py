@@ -275,12 +275,12 @@ def curve(name, key):
 
 
 fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
-for i, name in enumerate(STRATEGIES):
+for name in STRATEGIES:
     for ax, key in zip(axes, ("reward", "accuracy", "frac_reward_zero_std")):
         c = curve(name, key)
         style = "-" if name in ("G4", "G8", "G16") else "--"
-        ax.plot(grid, c.mean(0), style, color=f"C{i}", label=name)
-        ax.fill_between(grid, c.min(0), c.max(0), color=f"C{i}", alpha=0.12)
+        ax.plot(grid, c.mean(0), style, color=dash.styles.variant_colour(name), label=name)
+        ax.fill_between(grid, c.min(0), c.max(0), color=dash.styles.variant_colour(name), alpha=0.12)
 axes[0].set(title="training reward (every group drawn)", xlabel="completions generated")
 axes[1].set(title="held-out greedy accuracy", xlabel="completions generated")
 axes[2].set(title="fraction of zero-variance groups", xlabel="completions generated")

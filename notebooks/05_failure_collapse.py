@@ -37,13 +37,11 @@ THREADS = 2
 # %%
 import inspect
 
-import matplotlib.pyplot as plt
 from grpo_kit import diagnostics
-from grpo_kit.dashboard import Dashboard
+from grpo_kit.dashboard import Dashboard, compare_runs
 from grpo_kit.diagnostics import report
-from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failure
+from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
 from grpo_kit.nbtools import record
-from grpo_kit.plotting import smooth
 
 STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
@@ -78,21 +76,9 @@ print(report(broken.findings))
 print(inspect.getsource(diagnostics.entropy_collapse).split("return Finding")[0])
 
 # %%
-def curves(runs, keys=("reward", "entropy", "completions/distinct_frac", "kl"), mark_kind=None):
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), constrained_layout=True)
-    for r in runs:
-        label = r.name + (" + fix" if r.fixed else "")
-        for ax, k in zip(axes, keys):
-            pts = [(m["step"], m[k]) for m in r.history if isinstance(m.get(k), (int, float))]
-            ax.plot([p[0] for p in pts], smooth([p[1] for p in pts], 5), label=label)
-            f = r.first(mark_kind) if mark_kind else None
-            if f is not None:
-                ax.axvline(f.step, color="C3", ls=":", lw=1)
-            ax.set_title(k.split("/")[-1]); ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
-    return fig
-
-fig = curves([broken], mark_kind="entropy_collapse")
+COLLAPSE_KEYS = ("reward", "entropy", "completions/distinct_frac", "kl")
+fig = compare_runs({"broken": broken}, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5,
+                   marks=finding_marks({"broken": broken}, "entropy_collapse"))
 
 # %% [markdown]
 # ## 3. Apply the fix and compare
@@ -108,7 +94,8 @@ dash.close()
 print(compare_table([broken, fixed]))
 
 # %%
-fig = curves([broken, fixed], mark_kind="entropy_collapse")
+pair = {"broken": broken, "fixed": fixed}
+fig = compare_runs(pair, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5, marks=finding_marks(pair, "entropy_collapse"))
 
 # %% [markdown]
 # ## 4. Two cousins: divergence from the reference, and the sign error
@@ -127,7 +114,8 @@ for name in ("kl_blowup", "sign_error"):
     print(report(others[name][0].findings), "\n")
 
 # %%
-fig = curves([*others["kl_blowup"], *others["sign_error"]], keys=("reward", "kl", "completions/mean_length"))
+cousins = {f"{r.name}{' + fix' if r.fixed else ''}": r for r in [*others["kl_blowup"], *others["sign_error"]]}
+fig = compare_runs(cousins, keys=("reward", "kl", "completions/mean_length"), smooth=5)
 
 # %% [markdown]
 # ## What the runs showed

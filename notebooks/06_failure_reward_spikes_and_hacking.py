@@ -34,13 +34,12 @@ THREADS = 2
 # %%
 import inspect
 
-import matplotlib.pyplot as plt
 import torch
 from grpo_kit import failures
 from grpo_kit.advantages import compute_advantages
-from grpo_kit.dashboard import Dashboard
+from grpo_kit.dashboard import Dashboard, compare_runs
 from grpo_kit.diagnostics import report
-from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, run_failure
+from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
 from grpo_kit.nbtools import record
 
 SHORT = 6 if SMOKE else None
@@ -106,20 +105,9 @@ print()
 print(compare_table([spike, spike_fixed], keys=("reward", "gold_reward", "advantages/max_abs", "grad_norm")))
 
 # %%
-def curves(runs, keys, kind=None):
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), constrained_layout=True)
-    for r in runs:
-        for ax, k in zip(axes, keys):
-            pts = [(m["step"], m[k]) for m in r.history if isinstance(m.get(k), (int, float))]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r.name + (" + fix" if r.fixed else ""), lw=1)
-            f = r.first(kind) if kind else None
-            if f is not None:
-                ax.axvline(f.step, color="C3", ls=":")
-            ax.set_title(k); ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
-    return fig
-
-fig = curves([spike, spike_fixed], ("reward", "gold_reward", "advantages/max_abs", "grad_norm"), "reward_spike")
+spikes = {"none": spike, "group": spike_fixed}
+fig = compare_runs(spikes, keys=("reward", "gold_reward", "advantages/max_abs", "grad_norm"), styles=dash.styles,
+                   marks=finding_marks(spikes, "reward_spike"))
 
 # %% [markdown]
 # The judge still pays the jackpot under `'group'` (the *reward* spikes the same: the detector,
@@ -150,7 +138,9 @@ print("\nlatest group:", last["samples"]["prompt"], last["samples"]["completions
 hack_fixed = run_failure("reward_hacking", seed=SEED, fixed=True, steps=SHORT, threads=THREADS, eval_size=EVAL_SIZE)
 print(compare_table([hack, hack_fixed], keys=("reward", "gold_reward", "completions/mean_length",
                                               "completions/clipped_ratio")))
-fig = curves([hack, hack_fixed], ("reward", "gold_reward", "completions/mean_length"), "reward_hacking")
+hacks = {"proxy judge": hack, "gold judge (fix)": hack_fixed}
+fig = compare_runs(hacks, keys=("reward", "gold_reward", "completions/mean_length"), styles=dash.styles,
+                   marks=finding_marks(hacks, "reward_hacking"))
 
 # %% [markdown]
 # ## What the runs showed

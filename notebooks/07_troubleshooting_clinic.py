@@ -35,11 +35,10 @@ SEED = 0
 THREADS = 2
 
 # %%
-import matplotlib.pyplot as plt
+from grpo_kit.dashboard import compare_runs
 from grpo_kit.diagnostics import report
 from grpo_kit.failures import compare_table, measure_step_memory, run_failure
 from grpo_kit.nbtools import record
-from grpo_kit.plotting import smooth
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
@@ -57,16 +56,6 @@ def swing(r, key="gold_reward"):
     xs = [m[key] for m in r.history if isinstance(m.get(key), (int, float))]
     return sum(abs(a - b) for a, b in zip(xs[1:], xs)) / max(len(xs) - 1, 1)
 
-
-def plot_runs(runs, keys):
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), constrained_layout=True)
-    for label, r in runs.items():
-        for ax, k in zip(axes, keys):
-            pts = [(m["step"], m[k]) for m in r.history if isinstance(m.get(k), (int, float))]
-            ax.plot([p[0] for p in pts], smooth([p[1] for p in pts], 5), label=label)
-            ax.set_title(k); ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
-    return fig
 
 # %% [markdown]
 # ## Row 1 · "Unstable reward → larger or fixed groups"
@@ -91,7 +80,7 @@ row1 = {
 for label, r in row1.items():
     print(f"{label:<36} accuracy {r.run.evals[0][1]:.1%} -> {r.run.evals[-1][1]:.1%}  gold reward (last 20) "
           f"{tail(r, 'gold_reward'):.3f}  swing {swing(r):.3f}  findings {[f.kind for f in r.findings]}")
-fig = plot_runs(row1, ("reward", "gold_reward", "advantages/max_abs"))
+fig = compare_runs(row1, smooth=5, keys=("reward", "gold_reward", "advantages/max_abs"))
 
 # %%
 acc1 = {k: r.run.evals[-1][1] for k, r in row1.items()}
@@ -124,7 +113,7 @@ print(report(row2["symptom"].findings), "\n")
 print(compare_table(list(row2.values()), keys=("reward", "entropy", "completions/distinct_frac")))
 for label, r in row2.items():
     print(f"{label:<30} collapse found: {r.first('entropy_collapse') is not None}")
-fig = plot_runs(row2, ("reward", "entropy", "completions/distinct_frac"))
+fig = compare_runs(row2, smooth=5, keys=("reward", "entropy", "completions/distinct_frac"))
 
 # %%
 gone = {k: r.first("entropy_collapse") is None for k, r in row2.items()}
@@ -167,7 +156,7 @@ row3 = {"symptom: constant lr": run_failure("late_decline", seed=SEED, steps=SHO
                                                  eval_size=EVAL_SIZE)}
 print(report(row3["symptom: constant lr"].findings), "\n")
 print(compare_table(list(row3.values()), keys=("reward", "entropy", "kl")))
-fig = plot_runs(row3, ("reward", "kl"))
+fig = compare_runs(row3, smooth=5, keys=("reward", "kl"))
 
 # %%
 found3 = {k: r.first("late_decline") is not None for k, r in row3.items()}

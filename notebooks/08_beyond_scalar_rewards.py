@@ -346,12 +346,12 @@ record("learned_judge_hacking", {str(s): h for s, h in hack.items()})
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(13, 4), constrained_layout=True)
-for c, n in enumerate(VARIANTS):
+for n in VARIANTS:
     ax = axes[0] if REFERENCE[n] == "grpo" else axes[1]
     steps_ = [st for st, _ in runs[n, SEEDS[0]].evals]
     accs = np.array([[a for _, a in runs[n, s].evals] for s in SEEDS])  # (seeds, evals)
-    ax.plot(steps_, accs.mean(0), "o-", color=f"C{c}", label=n)
-    ax.fill_between(steps_, accs.min(0), accs.max(0), color=f"C{c}", alpha=0.15)
+    ax.plot(steps_, accs.mean(0), "o-", color=dash.styles.variant_colour(n), label=n)
+    ax.fill_between(steps_, accs.min(0), accs.max(0), color=dash.styles.variant_colour(n), alpha=0.15)
 axes[0].set(title="add2 base on add2: held-out accuracy (mean; band: min-max over seeds)", xlabel="step")
 axes[1].set(title="add2s base on add2s (scratchpad)", xlabel="step")
 for ax in axes:
@@ -426,10 +426,10 @@ display(W.VBox([W.HBox([w_slider, which_box]),
 share_figure(0.3, "hybrid_w0.3")
 plt.show()
 fig, ax = plt.subplots(figsize=(6.5, 3.2), constrained_layout=True)
-for c, n in enumerate(hybrid):
+for n in hybrid:
     for s in SEEDS:
         pts = [m["advantages/group_share"] for m in runs[n, s].history]
-        ax.plot(smooth(pts, 5), color=f"C{c}", alpha=0.7, label=n if s == SEEDS[0] else None)
+        ax.plot(smooth(pts, 5), color=dash.styles.variant_colour(n), alpha=0.7, label=n if s == SEEDS[0] else None)
 ax.set(xlabel="step", ylabel="advantages/group_share", title="logged group share during training")
 ax.legend()
 plt.show()

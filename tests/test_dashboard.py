@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpo_kit import dashboard as D
-from grpo_kit.dashboard import Dashboard, variant_colour, variant_style
+from grpo_kit.dashboard import Dashboard, RunStyles, compare_runs, split_seed
 from grpo_kit.metrics import correct_mask, group_samples, length_metrics
 
 
@@ -39,11 +39,12 @@ def test_updates_change_the_figurewidget_traces():
     band = dash._traces[("dr_grpo seed 1", "reward", "band")]
     assert dash.fig.data[band].y == (0.75, 1.0)          # mean + std: 0.25 + 0.5, 0.75 + 0.25
     assert dash.fig.data[band + 1].y == (-0.25, 0.5)     # mean - std
-    # a second variant gets its own traces in its family's colour; the first keeps its own
+    # a second variant gets its own traces in the next colour of the palette; the first keeps its own
     dash.update(scripted(1, 0.5, 0.0), variant="grpo seed 0")
     t = trace(dash, "grpo seed 0", "reward", "mean")
-    assert t.y == (0.5,) and t.line.color == variant_colour("grpo") != variant_colour("dr_grpo")
-    assert trace(dash, "dr_grpo seed 1", "reward", "mean").line.dash == "dash"
+    assert t.y == (0.5,) and t.line.color == D.PALETTE[1]
+    assert trace(dash, "dr_grpo seed 1", "reward", "mean").line.color == D.PALETTE[0]
+    assert trace(dash, "dr_grpo seed 1", "reward", "mean").line.dash == "solid"
     # the group table shows the latest group: texts, reward 1 in green, advantage +1 in blue, -0.5 in red
     html = dash.table.value
     assert "&#x27;46&#x27;" in html and "+1.000" in html and "-0.500" in html
@@ -135,14 +136,15 @@ def test_headless_close_draws_the_same_panels_as_an_image():
     dash.mark(3, "finding")
     fig = dash.close()
     axes = fig.axes[:len(D.PANELS)]
-    assert [a.get_title() for a in axes] == [t for _, t in D.PANELS]
+    assert all(a.get_title().replace("\n", " ").startswith(t) for a, (_, t) in zip(axes, D.PANELS, strict=True))
+    assert axes[1].get_title().replace("\n", " ") == "held-out greedy accuracy: not logged in these runs"  # no eval
     reward_line = axes[0].get_lines()[0]
     assert list(reward_line.get_ydata()) == pytest.approx([0.2, 0.4, 0.6, 0.8])
-    assert reward_line.get_color() == variant_colour("rloo") and reward_line.get_linestyle() == ":"
+    assert reward_line.get_color() == D.PALETTE[0] and reward_line.get_linestyle() == "-"  # the first run
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=40)
     assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n" and len(buf.getvalue()) > 5000
-    assert "finished, 4 of 4 steps" in dash.progress_text()
+    assert "finished after 4 steps" in dash.progress_text()
 
 
 def test_live_is_decided_by_the_frontend_and_can_be_forced(monkeypatch):
@@ -156,17 +158,101 @@ def test_live_is_decided_by_the_frontend_and_can_be_forced(monkeypatch):
     assert Dashboard(3, live=False).live is False   # a notebook can force it either way
 
 
-def test_a_variant_colour_is_fixed_by_its_family():
-    assert variant_style("dr_grpo seed 1") == ("#ff7f0e", "dash")
-    assert variant_style("dr_grpo seed 2") == ("#ff7f0e", "dot")
-    assert variant_style("GRPO (DeepSeekMath) seed 0") == ("#1f77b4", "solid")
-    assert variant_style("rloo") == ("#9467bd", "solid")
-    # two sub-variants of one family without numbers: one colour, two dashes (neither solid)
-    assert variant_style("grpo same-answers") == ("#1f77b4", "dash")
-    assert variant_style("grpo same-updates") == ("#1f77b4", "dashdot")
-    # an unknown family hashes with crc32 (not Python's per-process salted hash): the same in every notebook
-    assert variant_colour("my_variant x") == variant_colour("MY_VARIANT seed 4") == "#7f7f7f"
-    assert variant_colour("seed 0") == D.PALETTE[6]   # zlib.crc32(b"seed") = 1149756166
+def test_ten_runs_with_any_names_get_distinct_styles_in_order():
+    names = ["broken", "fixed", "dapo", "gspo", "hybrid_gae w=0.3", "hybrid_gae w=0.7", "x", "y", "z", "w"]
+    styles = RunStyles()
+    got = [styles(n) for n in names]
+    assert len(set(got)) == 10  # no two runs share a colour and a line style
+    assert [c for c, _ in got] == list(D.PALETTE)  # ten variants: the palette in the order they came
+    assert all(d == "solid" for _, d in got)
+    assert styles("broken") == got[0]  # a name keeps its style
+    # seeds of one variant share its colour and differ by line style
+    seeds = [styles(f"dapo seed {s}") for s in range(3)]
+    assert {c for c, _ in seeds} == {D.PALETTE[2]} and len({d for _, d in seeds}) == 3
+    assert len(set(styles.styles.values())) == len(styles.styles) == 13
+    # past ten variants the colours repeat with other line styles, never a pair twice, up to 60 runs
+    many = RunStyles()
+    pairs = [many(f"variant {i}") for i in range(60)]
+    assert len(set(pairs)) == 60
+
+
+def test_seed_names_split_into_variant_and_seed():
+    assert split_seed("dr_grpo seed 2") == ("dr_grpo", "2")
+    assert split_seed("GRPO (DeepSeekMath) seed 0") == ("GRPO (DeepSeekMath)", "0")
+    assert split_seed("G8, seed=11") == ("G8", "11")
+    assert split_seed("hybrid_gae w=0.3") == ("hybrid_gae w=0.3", None)
+    assert split_seed("broken") == ("broken", None)
+    assert split_seed("seed 3") == ("seed 3", None)  # a name that is only a seed is its own variant
+
+
+def _history(n, reward0, **extra):
+    return [{"step": s, "reward": reward0 + 0.1 * s, "reward_std": 0.1, "entropy": 1.0 - 0.05 * s,
+             "clip_ratio/region_mean": 0.0, **extra} for s in range(1, n + 1)]
+
+
+def test_compare_runs_one_legend_entry_per_run_and_the_live_colours(tmp_path):
+    pytest.importorskip("anywidget")
+    names = [f"run {c}" for c in "abcdefghij"]
+    runs = {n: _history(4, 0.05 * i) for i, n in enumerate(names)}
+    dash = Dashboard(total_steps=4, live=True, min_interval_s=0.0)
+    for n, h in runs.items():
+        for m in h:
+            dash.update(m, variant=n)
+    live = {n: (trace(dash, n, "reward", "mean").line.color, trace(dash, n, "reward", "mean").line.dash) for n in names}
+    assert len(set(live.values())) == 10
+    fig = compare_runs(runs, styles=dash.styles)
+    reward_ax = fig.axes[0]
+    drawn = {ln.get_label(): (ln.get_color(), ln.get_linestyle()) for ln in reward_ax.get_lines()}
+    mpl = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}
+    assert {n: (c, mpl.get(d, d)) for n, (c, d) in live.items()} == drawn  # the static figure = the live one
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == names  # each run once, in order
+    # the dashboard's own static figure agrees too
+    static = dash.static_figure()
+    assert {ln.get_label(): ln.get_color() for ln in static.axes[0].get_lines()} == {n: c for n, (c, _) in drawn.items()}
+
+
+def test_empty_panels_say_why(tmp_path):
+    cfg = {"beta": 0.0, "log_kl": False, "eval_every": 0, "num_iterations": 1, "steps": 3}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").write_text("\n".join(json.dumps(m) for m in _history(3, 0.2)))
+    (run / "config.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    fig = compare_runs({"a": run, "b": _history(3, 0.4)})
+    titles = {t.split(":")[0]: t for t in (ax.get_title().replace("\n", " ") for ax in fig.axes if ax.get_visible())}
+    assert titles["KL to reference"] == "KL to reference: not logged (log_kl: false, beta: 0)"
+    assert titles["held-out greedy accuracy"] == "held-out greedy accuracy: not logged (eval_every: 0)"
+    assert titles["clip ratio (low + high)"].endswith("0 at every step (one update per batch: the ratio is 1, nothing to clip)")
+    assert titles["reward (mean, band = ±1 std)"] == "reward (mean, band = ±1 std)"  # data: no note
+    # any metric key is a panel; panels beyond the keys are hidden
+    fig = compare_runs({"a": _history(3, 0.2)}, keys=["entropy", "completions/distinct_frac"])
+    shown = [ax.get_title().replace("\n", " ") for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert shown == ["token entropy", "completions/distinct_frac: not logged in these runs"]
+    with pytest.raises(FileNotFoundError, match="has no history.jsonl"):
+        compare_runs({"a": tmp_path})
+
+
+def test_progress_counts_the_steps_a_run_really_takes():
+    class FakeRun:
+        def __init__(self, **cfg):
+            self.cfg, self.evals = cfg, []
+
+    budget = FakeRun(steps=100_000, completion_budget=64)
+    dash = Dashboard(total_steps=3, live=False)
+    for s in range(1, 5):  # a replay run: 16 new completions a step, so 4 steps, not the nominal 3
+        dash.update({"step": s, "reward": 0.1, "completions_total": 16 * s}, variant="replay seed 0", run=budget)
+        if s == 2:
+            assert dash.progress_text() == "replay seed 0: step 2 of 4 (32 of 64 completions)"
+    dash.close()
+    assert dash.progress_text() == "replay seed 0: finished after 4 steps (64 completions)"
+    dash = Dashboard(total_steps=3, live=False)
+    for s in range(1, 4):
+        dash.update({"step": s, "reward": 0.1, "completions_total": 16 * s, "stopped": s == 3}, variant="r", run=budget)
+    assert dash.progress_text() == "r: stopped at step 3 of 4 (48 of 64 completions)"
+    dash = Dashboard(total_steps=3, live=False)
+    for s in range(1, 3):
+        dash.update({"step": s, "reward": 0.1}, variant="g", run=FakeRun(steps=5))
+    assert dash.progress_text() == "g: step 2 of 5"  # the run's own step count, not the dashboard's
 
 
 def test_right_and_wrong_lengths_and_the_group_sample_by_hand():
@@ -237,4 +323,4 @@ def test_a_headless_kernel_gets_the_static_image(tmp_path):
     kinds = [k for o in outs if o.output_type == "display_data" for k in o.data]
     assert "image/png" in kinds and "text/html" in kinds
     html = next(o.data["text/html"] for o in outs if o.output_type == "display_data" and "text/html" in o.data)
-    assert "finished, 2 of 2 steps" in html and "latest group" in html
+    assert "finished after 2 steps" in html and "latest group" in html
