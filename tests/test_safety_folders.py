@@ -170,7 +170,9 @@ def test_make_base_refuses_a_folder_it_did_not_write_before_training(home, monke
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text("the user's")
     before = _snapshot(home)
-    code, _, err = _cli(capsys, "make-base", "--out", target, "--overwrite")
+    code, _, err = _cli(capsys, "make-base", "--out", target)
+    assert code == 2 and "not empty" in err and _snapshot(home) == before
+    code, _, err = _cli(capsys, "make-base", "--out", target, "--overwrite")  # not a base it wrote, or protected
     assert code == 2 and err.count("\n") == 1 and _snapshot(home) == before
 
 
