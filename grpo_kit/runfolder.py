@@ -32,10 +32,10 @@ LOCK_FILE = ".grpo-kit.lock"
 RUN_FILES = {"checkpoints", "history.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", "model",
              LOCK_FILE}
 # what save_pretrained writes for a model and its tokenizer (names or glob patterns): export, train-judge, make-base
-MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
-               "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-               "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-               "chat_template.jinja", "chat_template.json")
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+               "pytorch_model*.bin", "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json",
+               "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
+               "merges.txt", "chat_template.jinja", "chat_template.json")
 
 
 def quote(value, limit: int = 200) -> str:
