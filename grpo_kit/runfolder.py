@@ -98,12 +98,12 @@ def _inside(path: Path, folder: Path) -> bool:
 def protected(folder: Path) -> str | None:
     """Why ``folder`` is never cleared (the folder the user stands in, one above it, home, ``/``), or None."""
     here, home = Path.cwd().resolve(), Path(os.path.expanduser("~")).resolve()
+    if folder == home:
+        return "your home folder"
     if folder == here:
         return "the folder you are in"
     if folder in here.parents:
         return "a folder above the one you are in"
-    if folder == home:
-        return "your home folder"
     if folder == folder.parent:
         return "the root of the file system"
     return None
