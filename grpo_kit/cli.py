@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder to write train.parquet / val.parquet in verl's layout (the config's items)")
     v.add_argument("--max-prompt-length", type=_positive_int, default=512, help="prompt tokens verl reserves")
     v.add_argument("--rollout", default="vllm", help="verl's rollout engine (actor_rollout_ref.rollout.name)")
+    v.add_argument("--overwrite", action="store_true", help="replace train.parquet / val.parquet in --data-out")
     g = sub.add_parser("pregen", help="sample K responses per prompt, judge every pair, write preference groups")
     g.add_argument("--model", default="tiny")
     g.add_argument("--task", default="add2")
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--task", default="add2")
     m.add_argument("--seed", type=_positive_int, default=0)
     m.add_argument("--out", default=None, help="folder (default: the shipped checkpoint inside the package)")
+    m.add_argument("--overwrite", action="store_true", help="replace the base model make-base wrote in --out")
     return p
 
 
@@ -164,7 +166,8 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
     if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
         check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
     with RunLock(out):
-        check_out_folder(out, resume, overwrite)
+        check_out_folder(out, resume, overwrite, inputs=(_model_folder(cfg.model) if overwrite else None,
+                                                         cfg.dataset))  # a model or dataset in out: refused
         t0 = time.time()
         if engine == "trl":
             from .engines.trl_engine import train_with_trl
@@ -236,6 +239,17 @@ def _written(out: Path) -> str:
     else:
         have.append("no checkpoint (no step was trained)")
     return f"{out}/: " + ", ".join(have)
+
+
+def _model_folder(name) -> Path | None:
+    """The local or shipped folder a model name loads from (an input no output may overwrite); None for a hub name."""
+    from .tiny import resolve_model
+
+    try:
+        p = resolve_model(name, warn=False)
+    except GRPOKitError:
+        return None
+    return p if isinstance(p, Path) else None
 
 
 def cmd_demo(args) -> int:
@@ -340,46 +354,53 @@ def cmd_eval(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """The latest checkpoint's model into ``--to`` (see export.py), built in a temp folder, then renamed into place."""
+    """The latest checkpoint's model into ``--to`` (see export.py): built in a temp folder inside ``--to``,
+    then the previous export's files (only those) are removed and the new ones renamed into place."""
     import os
 
     import torch
 
-    from .export import vllm_command, write_export
-    from .runfolder import check_path
+    from .export import OWN_FILES, SKIP, vllm_command, write_export
+    from .runfolder import check_output, check_path, remove_own
     from .train import STATE_FILE, latest_checkpoint
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
-        raise UsageError(f"{args.run}: no checkpoints/latest; pass the --out folder of a finished run")
-    try:
-        run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
-    except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
-        raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
-                         f"checkpoint") from None
+        ckpt, run_config = _trl_run_model(run_dir, args.run)
+    else:
+        try:
+            run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
+        except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
+            raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
+                             f"checkpoint") from None
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
-    if dest.exists() and not dest.is_dir():
-        raise UsageError(f"--to {dest} is a file; choose a folder")
-    if dest.is_dir() and any(dest.iterdir()) and not args.overwrite:
-        raise UsageError(f"--to {dest} is not empty; choose an empty or new folder, or pass --overwrite to replace it")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.export-{os.getpid()}"
+    base = _model_folder(run_config.get("model")) if run_config.get("lora") is not None else None
+    own = (*OWN_FILES, *(f.name for f in ckpt.iterdir() if f.is_file() and f.name not in SKIP))  # what it copies
+    old = check_output(dest, own, args.overwrite, inputs=(base,), what="--to", marker="grpo_config.yaml",
+                       kind="an earlier export")
+    made = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".grpo-kit-export-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
         write_export(ckpt, tmp, run_config)  # weights (a LoRA adapter merged), tokenizer, generation_config.json
         if (run_dir / "config.yaml").is_file():
             shutil.copy2(run_dir / "config.yaml", tmp / "grpo_config.yaml")
-        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-        if dest.exists():
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
+        else:
+            import yaml
+            (tmp / "grpo_config.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
+        remove_own(dest, old)  # the previous export's files only, once the new one is whole
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, dest / f.name)
+        tmp.rmdir()
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made and dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()
         from .runfolder import disk_full, is_disk_full
         if is_disk_full(e):
             raise disk_full(e, dest, "nothing was exported") from e
@@ -388,6 +409,33 @@ def cmd_export(args) -> int:
     print(f"exported {ckpt} -> {dest}{merged}; load it with AutoModelForCausalLM.from_pretrained and "
           f"AutoTokenizer.from_pretrained, or serve it with vLLM:\n  {vllm_command(dest)}")
     return 0
+
+
+def _trl_run_model(run_dir: Path, shown) -> tuple[Path, dict]:
+    """An ``--engine trl`` run's ``model/`` folder (full weights or a LoRA adapter) and its settings.
+
+    The settings are ``config.yaml`` read as plain YAML over the defaults (nothing it names is
+    imported). UsageError when ``run_dir`` is no finished run of either engine.
+    """
+    import yaml
+
+    from .config import GRPOConfig
+
+    model = run_dir / "model"
+    if not ((model / "config.json").is_file() or (model / "adapter_config.json").is_file()):
+        if (run_dir / "history.jsonl").is_file() and not (run_dir / "summary.json").is_file():
+            raise UsageError(f"{shown}: the run has no checkpoints/latest and no model/ (an --engine trl run saves "
+                             f"its model only when it finishes); train it to the end, then export")
+        raise UsageError(f"{shown}: neither checkpoints/latest (a kit run) nor model/ (an --engine trl run); "
+                         f"pass the --out folder of a finished run")
+    try:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"{shown}: cannot read config.yaml of the --engine trl run ({type(e).__name__}); the "
+                         f"export needs the run's settings (model, temperature)") from None
+    if not isinstance(saved, dict):
+        raise UsageError(f"{shown}: config.yaml is not a mapping of settings; export a run grpo-kit wrote")
+    return model, {**GRPOConfig().to_dict(), **saved}
 
 
 def cmd_export_verl(args) -> int:
@@ -406,11 +454,27 @@ def cmd_export_verl(args) -> int:
 
         disable_progress_bars()
         out = check_path(args.data_out, "--data-out")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--data-out {out} is a file; choose a folder")
+        targets = [out / "train.parquet", out / "val.parquet"]
+        there = [p.name for p in targets if p.exists()]
+        if there and not args.overwrite:
+            raise UsageError(f"--data-out {out} already holds {' and '.join(there)}; pass --overwrite to replace "
+                             f"them (nothing else there is touched), or choose another folder")
+        if cfg.dataset and any(p.exists() and p.resolve() == Path(cfg.dataset).expanduser().resolve()
+                               for p in targets):
+            raise UsageError(f"--data-out {out}: the config's dataset {cfg.dataset} would be replaced; choose "
+                             f"another folder")
         out.mkdir(parents=True, exist_ok=True)
         train = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
-        for name, items in (("train", train), ("val", heldout_split(cfg.task)[:cfg.eval_size])):
-            files[name] = str((out / f"{name}.parquet").resolve())
-            Dataset.from_list(verl_rows(items)).to_parquet(files[name])
+        for path, items in zip(targets, (train, heldout_split(cfg.task)[:cfg.eval_size])):
+            files[path.stem] = str(path.resolve())
+            tmp = path.with_name(f".{path.name}.tmp")  # written whole, then renamed over the old file
+            try:
+                Dataset.from_list(verl_rows(items)).to_parquet(str(tmp))
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
     print(verl_command(overrides, files.get("train", "TRAIN.parquet"), files.get("val", "VAL.parquet")))
     return 0
 
@@ -425,6 +489,11 @@ def cmd_pregen(args) -> int:
 
     if args.k < 2:
         raise UsageError(f"--k {args.k}: a preference group needs at least 2 responses")
+    out, model_dir = Path(os.path.expanduser(args.out)), _model_folder(args.model)
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; pregen writes one jsonl file: name it, e.g. {out / 'prefs.jsonl'}")
+    if model_dir is not None and model_dir.resolve() in out.resolve().parents:
+        raise UsageError(f"--out {out} is inside the model folder {model_dir} it reads; write it elsewhere")
     model, tok = load_model(args.model)
     train = get_task(args.task).splits()["train"]
     items = random.Random(args.seed).sample(train, min(args.prompts, len(train)))
@@ -440,6 +509,7 @@ def cmd_train_judge(args) -> int:
     import math
 
     from .learned_judge import (
+        METADATA,
         pairwise_agreement,
         preference_pairs,
         save_learned_judge,
@@ -447,13 +517,12 @@ def cmd_train_judge(args) -> int:
         train_learned_judge,
     )
     from .preferences import load_preference_groups
-    from .runfolder import check_path
+    from .runfolder import MODEL_FILES, check_output, check_path, remove_own
 
     out = check_path(args.out, "--out")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; choose a folder")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise UsageError(f"--out {out} is not empty; choose an empty or new folder, or pass --overwrite to replace it")
+    old = check_output(out, (*MODEL_FILES, METADATA), args.overwrite, inputs=(args.data, _model_folder(args.base)),
+                       marker=METADATA,
+                       kind="an earlier learned judge")  # deletes nothing yet: training may still fail
     if not (math.isfinite(args.lr) and args.lr > 0) or args.steps < 1:
         raise UsageError(f"--lr {args.lr} and --steps {args.steps}: need lr > 0 and at least one step")
     records = load_preference_groups(args.data)
@@ -470,8 +539,7 @@ def cmd_train_judge(args) -> int:
               f"pairs of {len(held)} groups never trained on (chance 0.5)")
     else:
         print("no held-out groups (--heldout 0): agreement not measured")
-    if out.is_dir() and args.overwrite:
-        shutil.rmtree(out)
+    remove_own(out, old)  # the previous judge's files only
     save_learned_judge(model, tok, out, meta)
     print(f"wrote {out}/ (use it as reward_funcs: [learned:{out}])")
     return 0
@@ -497,10 +565,17 @@ def cmd_serve_judge(args) -> int:
 
 
 def cmd_make_base(args) -> int:
-    from .tiny import shipped_path, train_base
+    """Train the tiny base; the shipped folder is replaced each time, another ``--out`` by the same rule as export."""
+    from .runfolder import MODEL_FILES, check_output, check_path, remove_own
+    from .tiny import BASE_REPORT, save_base, shipped_path, train_base
 
-    out = Path(args.out) if args.out else shipped_path("tiny" if args.task == "add2" else f"tiny-{args.task}")
-    _, _, report = train_base(task=args.task, seed=args.seed, out_dir=out)
+    out = check_path(args.out, "--out") if args.out else shipped_path("tiny" if args.task == "add2"
+                                                                        else f"tiny-{args.task}")
+    old = check_output(out, (*MODEL_FILES, BASE_REPORT), args.overwrite or args.out is None, marker=BASE_REPORT,
+                       kind="an earlier make-base model")
+    model, tok, report = train_base(task=args.task, seed=args.seed)
+    remove_own(out, old)  # the previous base's files only, once the new one is trained
+    save_base(model, tok, report, out)
     print(json.dumps(report))
     return 0
 

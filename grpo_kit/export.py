@@ -14,10 +14,14 @@ import shutil
 from pathlib import Path
 
 from . import lora
+from .runfolder import MODEL_FILES
 from .tiny import load_model
 
-SKIP = {"trainer_state.pt", "adapter_model.safetensors", "adapter_config.json", "README.md"}
-"""Checkpoint files that are not part of the exported model (the trainer state; the adapter once merged)."""
+SKIP = {"trainer_state.pt", "adapter_model.safetensors", "adapter_config.json", "README.md", "training_args.bin"}
+"""Checkpoint files that are not part of the exported model (the trainer state, TRL's pickled training
+arguments in an ``--engine trl`` run's ``model/``; the adapter once merged)."""
+OWN_FILES = (*MODEL_FILES, "grpo_config.yaml")
+"""What an export writes (names or patterns): what ``export --overwrite`` may remove from ``--to``."""
 
 
 def sampling_temperature(temperature) -> float:

@@ -3,6 +3,11 @@
 - :func:`check_out_folder` refuses to start a new run in a folder that holds another run (pass
   ``resume`` to continue it or ``overwrite`` to replace it) and a ``resume`` with nothing to
   resume; ``overwrite`` removes only what grpo-kit writes and refuses a folder holding anything else.
+- :func:`check_output` is the same rule for every command that writes a folder (``export --to``,
+  ``train-judge --out``, ``make-base --out``): a new or empty folder, or with ``overwrite`` one that
+  holds only the command's own files (then :func:`remove_own` deletes just those). A folder that
+  is or holds one of the command's inputs is refused, and ``overwrite`` never clears the folder
+  the user stands in, one above it, the home folder or ``/``.
 - :class:`RunLock` is a lock file (``.grpo-kit.lock``, holding the owner's process id) so that two
   processes never write one folder; a lock left by a dead process is taken over with a warning.
 - :func:`atomic_write_text` writes a temp file and renames it; a full disk becomes a one-line
@@ -11,6 +16,7 @@
 from __future__ import annotations
 
 import errno
+import fnmatch
 import logging
 import os
 import shutil
@@ -25,6 +31,11 @@ LOCK_FILE = ".grpo-kit.lock"
 # everything a grpo-kit run writes into its output folder (what --overwrite may delete); model/: --engine trl
 RUN_FILES = {"checkpoints", "history.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", "model",
              LOCK_FILE}
+# what save_pretrained writes for a model and its tokenizer (names or glob patterns): export, train-judge, make-base
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+               "pytorch_model*.bin", "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json",
+               "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
+               "merges.txt", "chat_template.jinja", "chat_template.json")
 
 
 def quote(value, limit: int = 200) -> str:
@@ -52,17 +63,17 @@ def has_run(out: Path) -> bool:
     return (out / "checkpoints" / "latest").is_file()
 
 
-def check_out_folder(out, resume: bool = False, overwrite: bool = False) -> Path:
+def check_out_folder(out, resume: bool = False, overwrite: bool = False, inputs=()) -> Path:
     """Check ``out`` before a run writes anything into it; with ``overwrite`` remove the old run.
 
-    A new run needs a missing or empty folder; ``resume`` needs one with a checkpoint.
+    A new run needs a missing or empty folder; ``resume`` needs one with a checkpoint. ``inputs``
+    (the config, model and dataset paths): with ``overwrite``, a folder holding one is refused.
     """
     out = check_path(out, "the output folder")
     if resume and overwrite:
         raise RunFolderError("--resume continues the run in the folder and --overwrite deletes it; pass one of them")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"{out} is a file, not a folder; choose another output folder")
-    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if resume:
         if not out.is_dir():
             raise RunFolderError(f"nothing to resume: {out} does not exist; check the path, or start a new run "
@@ -71,23 +82,85 @@ def check_out_folder(out, resume: bool = False, overwrite: bool = False) -> Path
             raise RunFolderError(f"nothing to resume: {out} has no checkpoint (no checkpoints/latest); check the "
                                  f"path, or start afresh there with --overwrite instead of --resume")
         return out
-    if not entries or entries == [LOCK_FILE]:
-        return out
-    if not overwrite:
-        what = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-        raise RunFolderError(f"{out} is not empty ({what}); continue the run there with --resume, replace it with "
-                             f"--overwrite, or choose another --out")
-    foreign = [e for e in entries if e not in RUN_FILES]
-    if foreign:
-        raise RunFolderError(f"--overwrite: {out} holds files grpo-kit did not write ({', '.join(foreign[:4])}); "
-                             f"it only replaces a run folder; move them or choose another --out")
-    for name in entries:
-        if name == LOCK_FILE:
-            continue
-        p = out / name
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    log.warning("--overwrite: removed the previous run in %s", out)
+    old = check_output(out, RUN_FILES, overwrite, inputs=inputs if overwrite else (), what="the output folder",
+                       fix="continue the run there with --resume, replace it with --overwrite, or choose another "
+                           "--out", kind="a run folder")
+    if old:
+        remove_own(out, old)
+        log.warning("--overwrite: removed the previous run in %s", out)
     return out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def protected(folder: Path) -> str | None:
+    """Why ``folder`` is never cleared (the folder the user stands in, one above it, home, ``/``), or None."""
+    here, home = Path.cwd().resolve(), Path(os.path.expanduser("~")).resolve()
+    if folder == home:
+        return "your home folder"
+    if folder == here:
+        return "the folder you are in"
+    if folder in here.parents:
+        return "a folder above the one you are in"
+    if folder == folder.parent:
+        return "the root of the file system"
+    return None
+
+
+def check_output(out, own, overwrite: bool = False, inputs=(), what: str = "--out", fix: str | None = None,
+                 marker: str | None = None, kind: str = "what this command wrote") -> list[str]:
+    """Check the folder ``out`` before a command writes its files (``own``: names or glob patterns) into it.
+
+    A missing or empty folder is fine; a non-empty one needs ``overwrite``, and then may hold only
+    ``own`` entries (and ``marker``, when given, must be among them: the sign that the command wrote
+    it) and must not be the folder the user stands in or above it, home or ``/``. A folder that is
+    or holds one of ``inputs`` (existing paths the command reads) is refused, and so is one inside
+    an input folder. Raises :class:`RunFolderError`; returns the entries :func:`remove_own` should
+    delete just before the command writes (none unless ``overwrite``). Deletes nothing itself.
+    """
+    out = check_path(out, what)
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"{what} {out} is a file; choose a folder")
+    there = out.resolve()
+    for p in inputs:
+        if p is None or not Path(os.path.expanduser(str(p))).exists():
+            continue
+        src = Path(os.path.expanduser(str(p))).resolve()
+        if _inside(src, there) or _inside(there, src):
+            where = "is" if src == there else ("holds" if _inside(src, there) else "is inside")
+            raise RunFolderError(f"{what} {out} {where} the input {p}; write to a folder apart from what the "
+                                 f"command reads")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not entries or entries == [LOCK_FILE]:
+        return []
+    if not overwrite:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise RunFolderError(f"{what} {out} is not empty ({shown}); "
+                             f"{fix or 'choose an empty or new folder, or pass --overwrite to replace it'}")
+    why = protected(there)
+    if why:
+        raise RunFolderError(f"--overwrite: {what} {out} is {why}; grpo-kit never clears it; choose a new folder")
+    foreign = [e for e in entries if e != LOCK_FILE and not any(fnmatch.fnmatchcase(e, n) for n in own)]
+    if foreign:
+        raise RunFolderError(f"--overwrite: {what} {out} holds files grpo-kit did not write ({', '.join(foreign[:4])}"
+                             f"{', ...' if len(foreign) > 4 else ''}); it only replaces {kind}; move them or "
+                             f"choose another folder")
+    if marker and marker not in entries:
+        raise RunFolderError(f"--overwrite: {what} {out} has no {marker}, so it is not {kind}; choose another "
+                             f"folder")
+    return [e for e in entries if e != LOCK_FILE]
+
+
+def remove_own(out, names) -> None:
+    """Delete the entries ``names`` of ``out`` (what :func:`check_output` returned); nothing else."""
+    for name in names:
+        p = Path(out) / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
 
 
 # ---------------------------------------------------------------- lock

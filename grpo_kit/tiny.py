@@ -98,6 +98,10 @@ def sft_batch(tokenizer, items: list[dict]):
     return ids, mask, lab
 
 
+BASE_REPORT = "base_report.json"
+"""What :func:`save_base` writes beside the model: the sign that ``make-base`` wrote a folder."""
+
+
 def train_base(task: str = "add2", target_accuracy: float = 0.40, max_steps: int = 1500,
                batch_size: int = 64, lr: float = 1e-3, eval_every: int = 10, seed: int = 0,
                out_dir: str | Path | None = None, log=print):
@@ -107,7 +111,7 @@ def train_base(task: str = "add2", target_accuracy: float = 0.40, max_steps: int
     ``save_pretrained`` and writes ``base_report.json``.
     """
     from .inference import greedy_accuracy
-    from .tasks import get_task, save_items
+    from .tasks import get_task
 
     torch.manual_seed(seed)
     tokenizer = build_tokenizer()
@@ -139,14 +143,21 @@ def train_base(task: str = "add2", target_accuracy: float = 0.40, max_steps: int
         "parameters": sum(p.numel() for p in model.parameters()), "wall_seconds": round(time.time() - t0, 1),
     }
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        model.save_pretrained(out_dir)
-        tokenizer.save_pretrained(out_dir)
-        (out_dir / "base_report.json").write_text(json.dumps(report, indent=2) + "\n")
-        from .tasks import DATASETS_DIR
-        if DATASETS_DIR.is_dir():
-            save_items(splits["test"], DATASETS_DIR / f"{task}_test.jsonl")
+        save_base(model, tokenizer, report, out_dir)
     return model, tokenizer, report
+
+
+def save_base(model, tokenizer, report: dict, out_dir: str | Path) -> None:
+    """Write a base from :func:`train_base` into ``out_dir`` (``save_pretrained``, ``base_report.json``)
+    and, in a checkout, its task's test split into ``datasets/``."""
+    from .tasks import DATASETS_DIR, get_task, save_items
+
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / BASE_REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    if DATASETS_DIR.is_dir():
+        save_items(get_task(report["task"]).splits()["test"], DATASETS_DIR / f"{report['task']}_test.jsonl")
 
 
 def shipped_path(name: str = "tiny") -> Path:

@@ -232,8 +232,13 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it(cli_run, ca
     code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest)
     assert code == 2 and "not empty" in err and (dest / "mine.txt").read_text() == "keep"
     code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
-    assert code == 0, err
-    assert (dest / "model.safetensors").is_file() and not (dest / "mine.txt").exists()
+    assert code == 2 and "mine.txt" in err and (dest / "mine.txt").read_text() == "keep"  # not the kit's file
+    (dest / "mine.txt").unlink()
+    assert _cli(capsys, "export", "--run", cli_run / "run", "--to", dest)[0] == 0
+    (dest / "model.safetensors").write_bytes(b"an older export")
+    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
+    assert code == 0, err  # an earlier export is replaced
+    assert (dest / "model.safetensors").read_bytes() != b"an older export"
     assert (dest / "grpo_config.yaml").read_text() == (cli_run / "run" / "config.yaml").read_text()
 
 
