@@ -322,21 +322,18 @@ def cmd_export(args) -> int:
     """The latest checkpoint's model into ``--to`` (see export.py), built in a temp folder, then renamed into place."""
     import os
 
-    import torch
-
     from .export import vllm_command, write_export
     from .runfolder import check_path
-    from .train import STATE_FILE, latest_checkpoint
+    from .train import STATE_FILE, latest_checkpoint, read_trainer_state
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise UsageError(f"{args.run}: no checkpoints/latest; pass the --out folder of a finished run")
-    try:
-        run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
-    except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
-        raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
-                         f"checkpoint") from None
+    state = read_trainer_state(ckpt)  # CheckpointError for a crafted or broken file; runs no code
+    run_config = state.get("config") if isinstance(state, dict) else None
+    if not isinstance(run_config, dict):
+        raise UsageError(f"{ckpt}: {STATE_FILE} holds no run config; export an intact checkpoint")
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
