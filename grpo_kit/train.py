@@ -639,10 +639,10 @@ def read_trainer_state(path: str | Path):
             return torch.load(file, weights_only=True, map_location="cpu")  # RNG states are CPU tensors
     except pickle.UnpicklingError as e:
         found = re.search(r"GLOBAL (\S+)", str(e))
-        what = found.group(1) if found else "objects other than tensors and plain values"
-        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {what}, which a grpo-kit checkpoint never "
-                              f"holds, so it was not loaded (loading it could run code); use a run folder you trust, "
-                              f"or, only if you wrote it yourself with an older grpo-kit, rewrite it once with "
+        what = found.group(1) if found else "objects"
+        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {what}, not only tensors and plain values, so "
+                              f"it was not loaded (loading it could run code); use a run folder you trust, or, "
+                              f"only if you wrote it yourself with an older grpo-kit, rewrite it once with "
                               f"python -c \"from grpo_kit.train import convert_checkpoint; convert_checkpoint('{path}')\""
                               ) from None
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
