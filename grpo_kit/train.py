@@ -631,23 +631,27 @@ def read_trainer_state(path: str | Path):
     Raises :class:`CheckpointError` naming the file and the fix; a checkpoint you wrote yourself with an
     older grpo-kit and a Python function in its config can be rewritten once with :func:`convert_checkpoint`.
     """
+    import contextlib
     import pickle
 
     file = Path(path) / STATE_FILE
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
     try:
-        with torch.serialization.safe_globals(_numpy_globals()):
+        with allow(_numpy_globals()) if allow else contextlib.nullcontext():
             return torch.load(file, weights_only=True, map_location="cpu")  # RNG states are CPU tensors
-    except pickle.UnpicklingError as e:
-        found = re.search(r"GLOBAL (\S+)", str(e))
-        what = found.group(1) if found else "objects"
-        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {what}, not only tensors and plain values, so "
-                              f"it was not loaded (loading it could run code); use a run folder you trust, or, "
-                              f"only if you wrote it yourself with an older grpo-kit, rewrite it once with "
-                              f"python -c \"from grpo_kit.train import convert_checkpoint; convert_checkpoint('{path}')\""
-                              ) from None
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {first}); "
+        text = str(e)
+        # weights_only met a function or class it does not allow
+        found = isinstance(e, pickle.UnpicklingError) and re.search(r"GLOBAL (\S+)", text)
+        if found:
+            raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {found.group(1)}, not only tensors and "
+                                  f"plain values, so it was not loaded (loading it could run code); use a run folder "
+                                  f"you trust, or, only if you wrote it yourself with an older grpo-kit, rewrite it "
+                                  f"once with python -c \"from grpo_kit.train import convert_checkpoint; "
+                                  f"convert_checkpoint('{path}')\"") from None
+        why = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        first = why.group(1) if why else text.strip().splitlines()[0] if text.strip() else ""
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {first.strip()[:200]}); "
                               f"delete it or resume from an earlier one") from None
 
 

@@ -12,8 +12,16 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError
-from grpo_kit.train import (STATE_FILE, convert_checkpoint, latest_checkpoint, read_trainer_state, resume_run, setup,
-                             storable, train)
+from grpo_kit.train import (
+    STATE_FILE,
+    convert_checkpoint,
+    latest_checkpoint,
+    read_trainer_state,
+    resume_run,
+    setup,
+    storable,
+    train,
+)
 
 OLD = Path(__file__).parent / "data" / "old_checkpoint"  # written by fb12711, before weights_only (its README.md)
 
