@@ -94,7 +94,9 @@ class GRPOConfig:
     "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
     judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
     timeout and retries through the factory ``grpo_kit.serve:remote_reward``); they get TRL's keyword
-    arguments (see judges.py). Callables can be passed to ``setup()`` directly."""
+    arguments (see judges.py). Callables can be passed to ``setup()`` directly. Validating a config checks
+    each entry's form only; ``setup()`` (train) and ``serve-judge`` import the modules and call the factories,
+    which runs their code as a Python script would."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
     gold_reward_funcs: list = field(default_factory=list)
