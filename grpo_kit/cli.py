@@ -358,22 +358,19 @@ def cmd_export(args) -> int:
     then the previous export's files (only those) are removed and the new ones renamed into place."""
     import os
 
-    import torch
-
     from .export import OWN_FILES, SKIP, vllm_command, write_export
     from .runfolder import check_output, check_path, remove_own
-    from .train import STATE_FILE, latest_checkpoint
+    from .train import STATE_FILE, latest_checkpoint, read_trainer_state
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         ckpt, run_config = _trl_run_model(run_dir, args.run)
     else:
-        try:
-            run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
-        except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
-            raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
-                             f"checkpoint") from None
+        state = read_trainer_state(ckpt)  # CheckpointError for a crafted or broken file; runs no code
+        run_config = state.get("config") if isinstance(state, dict) else None
+        if not isinstance(run_config, dict):
+            raise UsageError(f"{ckpt}: {STATE_FILE} holds no run config; export an intact checkpoint")
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")

@@ -94,7 +94,9 @@ class GRPOConfig:
     "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
     judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
     timeout and retries through the factory ``grpo_kit.serve:remote_reward``); they get TRL's keyword
-    arguments (see judges.py). Callables can be passed to ``setup()`` directly."""
+    arguments (see judges.py). Callables can be passed to ``setup()`` directly. Validating a config checks
+    each entry's form only; ``setup()`` (train) and ``serve-judge`` import the modules and call the factories,
+    which runs their code as a Python script would."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
     gold_reward_funcs: list = field(default_factory=list)
@@ -381,10 +383,10 @@ class GRPOConfig:
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
              "strings or {'function': ..., 'args': {...}} factories")
-        from .judges import resolve_reward_func
+        from .judges import check_reward_spec
 
-        for f in self.reward_funcs:
-            resolve_reward_func(f)  # ConfigError naming the entry: unknown name, failed import, bad factory args
+        for f in self.reward_funcs:  # by form only: importing a 'module:function' runs its code, so only
+            check_reward_spec(f)     # the commands that score import it (train.setup, serve-judge)
         need(self.reward_weights is None or (isinstance(self.reward_weights, list)
                                              and all(_is_num(w) for w in self.reward_weights)
                                              and len(self.reward_weights) == len(self.reward_funcs)),
@@ -393,7 +395,7 @@ class GRPOConfig:
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.gold_reward_funcs),
              "gold_reward_funcs", "must be a list of reward functions written as in reward_funcs, empty for none")
         for f in self.gold_reward_funcs:
-            resolve_reward_func(f)
+            check_reward_spec(f)
         integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
         # sampling
@@ -476,7 +478,7 @@ class GRPOConfig:
 
     def _validate_beyond_scalar(self, need, number) -> None:
         """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
-        from .beyond_scalar import STEP_JUDGES, resolve_pairwise_judge, resolve_step_judge
+        from .beyond_scalar import STEP_JUDGES, check_pairwise_judge, check_step_judge
 
         est = self.advantage_estimator
         for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
@@ -487,7 +489,7 @@ class GRPOConfig:
         need((isinstance(self.step_judge, str) and self.step_judge) or callable(self.step_judge), "step_judge",
              f"must be a name of {sorted(STEP_JUDGES)} or 'package.module:function'")
         if est == "process":
-            resolve_step_judge(self.step_judge)  # ConfigError naming it: unknown name, failed import
+            check_step_judge(self.step_judge)  # ConfigError naming it: unknown name, malformed (nothing imported)
             need(self.step_judge != "column_sums" or self.dataset is not None or self.task_schedule is not None
                  or _is_scratchpad(self.task), "step_judge",
                  f"'column_sums' reads the scratchpad task's column sums, and task={self.task!r} has no scratchpad; "
@@ -502,7 +504,7 @@ class GRPOConfig:
         need(est != "pairwise" or judges_, "pairwise_judges",
              "is empty; advantage_estimator='pairwise' needs at least one judge, e.g. [correctness]")
         for j in judges_ if est == "pairwise" else ():
-            resolve_pairwise_judge(j, self.pairwise_temperature)  # ConfigError naming the entry
+            check_pairwise_judge(j)  # ConfigError naming the entry (nothing imported or loaded)
         w = self.pairwise_weights
         need(w is None or (isinstance(w, list) and len(w) == len(judges_) and all(_is_num(x) and x >= 0 for x in w)
                            and sum(w) > 0), "pairwise_weights",

@@ -79,13 +79,23 @@ def format_reward(prompts: list[str], completions: list[str], **_) -> list[float
 REWARD_FUNCS: dict[str, RewardFunc] = {"exact_answer": exact_answer, "format": format_reward}
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def check_import_path(path: str, what: str = "reward function") -> None:
+    """``"package.module:function"`` checked by its form only (a dotted module path, a colon, a name):
+    nothing is imported. ConfigError when it is not of that form."""
+    if not (isinstance(path, str) and _IMPORT_PATH.fullmatch(path)):
+        raise ConfigError(f"{what} {path!r}: write an importable one as 'package.module:function'")
+
+
 def _import(path: str):
-    """``"package.module:attr"`` -> the object; ConfigError naming what is missing."""
+    """``"package.module:attr"`` -> the object; ConfigError naming what is missing. This imports the
+    module, which runs its code: only the commands that score call it (see :func:`check_reward_spec`)."""
     import importlib
 
+    check_import_path(path)
     module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise ConfigError(f"reward function {path!r}: write an importable one as 'package.module:function'")
     try:
         obj = importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - ImportError, or a bad name, or the module failing as it loads
@@ -110,15 +120,13 @@ def resolve_reward_func(spec) -> RewardFunc:
     - ``"remote:URL"``: a judge served over HTTP with OpenRLHF's remote reward model protocol
       (``grpo-kit serve-judge``; see ``serve.remote_reward``, whose factory form sets the timeout
       and retries).
-    Raises :class:`ConfigError` naming the entry and what is wrong.
+    Raises :class:`ConfigError` naming the entry and what is wrong. This imports the module and calls the
+    factory an entry names, running their code; :func:`check_reward_spec` checks the form without that.
     """
+    check_reward_spec(spec)
     if callable(spec):
         return spec
     if isinstance(spec, dict):
-        unknown = sorted(set(spec) - {"function", "args"})
-        if unknown or not isinstance(spec.get("function"), str) or not isinstance(spec.get("args", {}), dict):
-            raise ConfigError(f"reward function {spec!r}: write a factory as {{'function': 'package.module:factory', "
-                              f"'args': {{name: value}}}}" + (f" (unknown keys {unknown})" if unknown else ""))
         factory = _import(spec["function"])
         try:
             f = factory(**spec.get("args", {}))
@@ -128,15 +136,40 @@ def resolve_reward_func(spec) -> RewardFunc:
         return _text_view(REWARD_FUNCS[spec])
     elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
         return _text_view(_judge_from_prefix(spec))
-    elif isinstance(spec, str) and ":" in spec:
+    else:
         f = _import(spec)
+    if not callable(f):
+        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
+    return f
+
+
+def check_reward_spec(spec) -> None:
+    """One ``reward_funcs`` entry checked by its form only, as ``GRPOConfig.validate`` does: nothing is
+    imported, called or loaded, so reading, validating, printing or exporting a config runs none of
+    the code it names. Raises :class:`ConfigError` naming the entry (an unknown name, a malformed
+    ``"package.module:function"``, factory or ``learned:``/``remote:`` entry); a module that fails to
+    import, a missing function or a factory rejecting its args is found by :func:`resolve_reward_func`,
+    when a command scores (``train``, ``eval``, ``serve-judge``).
+    """
+    if callable(spec) or (isinstance(spec, str) and spec in REWARD_FUNCS):
+        return
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"function", "args"})
+        if unknown or not isinstance(spec.get("function"), str) or not isinstance(spec.get("args", {}), dict):
+            raise ConfigError(f"reward function {spec!r}: write a factory as {{'function': 'package.module:factory', "
+                              f"'args': {{name: value}}}}" + (f" (unknown keys {unknown})" if unknown else ""))
+        check_import_path(spec["function"], "reward function factory")
+    elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
+        kind, _, where = spec.partition(":")
+        if not where.strip():
+            raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
+                              f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
+    elif isinstance(spec, str) and ":" in spec:
+        check_import_path(spec)
     else:
         raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
                           f"one as 'package.module:function', a saved learned judge as 'learned:DIR', a served one as "
                           f"'remote:URL', or pass a callable")
-    if not callable(f):
-        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
-    return f
 
 
 def _judge_from_prefix(spec: str) -> RewardFunc:
@@ -144,9 +177,6 @@ def _judge_from_prefix(spec: str) -> RewardFunc:
     from .errors import CheckpointError
 
     kind, _, where = spec.partition(":")
-    if not where.strip():
-        raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
-                          f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
     try:
         if kind == "learned":
             from .learned_judge import learned_reward

@@ -530,7 +530,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         writing = tmp / STATE_FILE
-        torch.save(state, tmp / STATE_FILE)
+        torch.save(storable(state), tmp / STATE_FILE)  # plain values only: read back with weights_only=True
     except Exception as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if _is_disk_full(e):
@@ -587,13 +587,93 @@ def fingerprints(cfg: GRPOConfig) -> dict:
             "dataset": content_hash(os.path.expanduser(cfg.dataset)) if cfg.dataset else None}
 
 
+def storable(v):
+    """``v`` in the forms ``torch.load(weights_only=True)`` reads back without running code: tensors, dicts,
+    lists, tuples, str, int, float, bool and None. A numpy value becomes its Python number or list, a
+    dataclass its dict, a set a list, a function (a ``reward_funcs`` callable in the config) its
+    ``"module:name"``, a dict key of another type its str, anything else its str."""
+    import dataclasses
+
+    if v is None or type(v) in (str, int, float, bool) or isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, dict):
+        return {k if k is None or type(k) in (str, int, float, bool) else str(k): storable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(storable(x) for x in v) if type(v) in (list, tuple) else [storable(x) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return [storable(x) for x in sorted(v, key=repr)]
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return storable(dataclasses.asdict(v))
+    if callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', None) or '?'}:{v.__qualname__}"
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
+        return storable(v.tolist())
+    for kind in (bool, int, float, str):  # a subclass (an enum, a str subclass) as the plain value
+        if isinstance(v, kind):
+            return kind(v) if kind is not str else str.__str__(v)
+    return str(v)
+
+
+def _numpy_globals() -> list:
+    """numpy's scalar and array types, which :func:`storable` leaves out but checkpoints written before
+    it (grpo-kit before issue 23) may hold in a reward function's logged values: allowed when reading."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray.scalar, core.multiarray._reconstruct, np.ndarray, np.dtype,
+            *{type(np.dtype(c)) for c in np.typecodes["All"]}]
+
+
+def read_trainer_state(path: str | Path):
+    """``trainer_state.pt`` of the checkpoint folder ``path``, read with ``weights_only=True``: a file that
+    names any other function or class (a crafted pickle that would run code) is refused unread.
+
+    Raises :class:`CheckpointError` naming the file and the fix; a checkpoint you wrote yourself with an
+    older grpo-kit and a Python function in its config can be rewritten once with :func:`convert_checkpoint`.
+    """
+    import contextlib
+    import pickle
+
+    file = Path(path) / STATE_FILE
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    try:
+        with allow(_numpy_globals()) if allow else contextlib.nullcontext():
+            return torch.load(file, weights_only=True, map_location="cpu")  # RNG states are CPU tensors
+    except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
+        text = str(e)
+        # weights_only met a function or class it does not allow
+        found = isinstance(e, pickle.UnpicklingError) and re.search(r"GLOBAL (\S+)", text)
+        if found:
+            raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {found.group(1)}, not only tensors and "
+                                  f"plain values, so it was not loaded (loading it could run code); use a run folder "
+                                  f"you trust, or, only if you wrote it yourself with an older grpo-kit, rewrite it "
+                                  f"once with python -c \"from grpo_kit.train import convert_checkpoint; "
+                                  f"convert_checkpoint('{path}')\"") from None
+        why = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        first = why.group(1) if why else text.strip().splitlines()[0] if text.strip() else ""
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {first.strip()[:200]}); "
+                              f"delete it or resume from an earlier one") from None
+
+
+def convert_checkpoint(path: str | Path) -> None:
+    """Rewrite the ``trainer_state.pt`` of checkpoint folder ``path`` in the plain form
+    :func:`read_trainer_state` accepts (see :func:`storable`). This unpickles the file the old way,
+    which runs whatever code it names: only for a checkpoint you wrote yourself."""
+    file = Path(path) / STATE_FILE
+    state = torch.load(file, weights_only=False, map_location="cpu")
+    tmp = file.with_name(file.name + ".tmp")
+    torch.save(storable(state), tmp)
+    os.replace(tmp, file)
+
+
 def load_checkpoint(run: Run, path: str | Path) -> None:
-    """Restore ``run`` in place from a checkpoint folder written by :func:`save_checkpoint`."""
+    """Restore ``run`` in place from a checkpoint folder written by :func:`save_checkpoint` (its trainer
+    state read with :func:`read_trainer_state`, which runs no code)."""
     from safetensors.torch import load_file
 
     path = Path(path)
+    state = read_trainer_state(path)
     try:
-        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
         weights = load_file(path / lora.weights_file(run.policy)) if (path / lora.weights_file(run.policy)).exists() \
             else None  # a LoRA checkpoint and a full one hold different files: the config check below says which
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
@@ -605,7 +685,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is not a grpo-kit trainer state (missing {lacking}); "
                               f"resume from a folder written by grpo-kit or start a new output folder")
     # a field added to GRPOConfig after the checkpoint was written counts as its default
-    saved, now, default = state["config"], run.cfg.to_dict(), GRPOConfig().to_dict()
+    saved, now, default = state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict()
     # the model and the dataset are compared by content when both hashes are known: a moved file
     # resumes, a file changed in place does not
     then_fp, now_fp = state.get("fingerprints") or {}, fingerprints(run.cfg)

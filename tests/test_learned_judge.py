@@ -100,8 +100,9 @@ def test_saved_judge_loads_once_and_refuses_other_folders(tmp_path, tiny):
     tiny[1].save_pretrained(tmp_path / "policy")
     with pytest.raises(CheckpointError, match="not a learned judge folder .*grpo-kit train-judge"):
         load_learned_judge(tmp_path / "policy")
+    cfg = GRPOConfig(reward_funcs=[f"learned:{tmp_path / 'nope'}"]).validate()  # validating loads nothing (D3)
     with pytest.raises(ConfigError, match="reward function 'learned:.*nope': learned judge .* no such folder"):
-        GRPOConfig(reward_funcs=[f"learned:{tmp_path / 'nope'}"]).validate()
+        resolve_reward_func(cfg.reward_funcs[0])  # as train's setup does
     with pytest.raises(ConfigError, match="write it as 'learned:PATH'"):
         resolve_reward_func("learned:")
 

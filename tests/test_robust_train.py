@@ -130,7 +130,7 @@ def two_steps(_trained_once, tmp_path):
 
 def test_checkpoint_holds_history_and_evals(two_steps):
     cfg, run, out = two_steps
-    state = torch.load(latest_checkpoint(out) / "trainer_state.pt", weights_only=False)
+    state = torch.load(latest_checkpoint(out) / "trainer_state.pt", weights_only=True)
     assert state["history"] == run.history and len(state["history"]) == 2
     assert [tuple(e) for e in state["evals"]] == run.evals and [s for s, _ in run.evals] == [0, 1, 2]
     fresh = setup(cfg)
@@ -160,7 +160,7 @@ def test_damaged_checkpoints_are_clear_errors(two_steps, damage, message):
 def test_a_checkpoint_from_before_a_new_config_field_still_resumes(two_steps):
     cfg, _, out = two_steps
     ck = latest_checkpoint(out)
-    state = torch.load(ck / "trainer_state.pt", weights_only=False)
+    state = torch.load(ck / "trainer_state.pt", weights_only=True)
     del state["config"]["reward_error_policy"]  # written by an older grpo-kit
     torch.save(state, ck / "trainer_state.pt")
     run = setup(cfg.replace(steps=3))
