@@ -681,7 +681,6 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
         diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
         raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
                               f"resume with the same config or start a new output folder")
-    _check_schedules(run, state, path, allow_schedule_change)
     if weights is None:
         raise CheckpointError(f"checkpoint {path} is unreadable (no {lora.weights_file(run.policy)}); "
                               f"delete it or resume from an earlier one")
@@ -711,6 +710,7 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({first}); "
                               f"resume with the model it was trained from or start a new output folder") from e
+    _check_schedules(run, state, path, allow_schedule_change)  # last, so a checkpoint that does not fit says so first
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
     run.findings = _logged_findings(run.history)
 
@@ -718,7 +718,7 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
 def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:
     """Refuse (or, allowed, announce) a resume whose new ``steps`` moves a schedule at the resumed step."""
     then_steps = state["config"].get("steps", run.cfg.steps)
-    if then_steps == run.cfg.steps:
+    if then_steps == run.cfg.steps or run.cfg.steps < state["step"]:  # fewer steps than done: nothing to run
         return
     generated = (state.get("steer") or {}).get("generated", 0)
     changes = schedules.resume_changes(dataclasses.replace(run.cfg, steps=then_steps), run.cfg, state["step"], generated)
