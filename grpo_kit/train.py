@@ -727,8 +727,10 @@ def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:
     what = (f"resuming at step {state['step']} with steps {then_steps} -> {run.cfg.steps} stretches the "
             f"schedules over the new total: {', '.join(changes)}")
     if not allow:
-        raise CheckpointError(f"checkpoint {path}: {what}; resume with steps={then_steps}, or accept the change "
-                              f"with --allow-schedule-change (allow_schedule_change=True in Python)")
+        keep = (f"the run finished its {then_steps} steps: extend it" if state["step"] >= then_steps
+                else f"resume with the same steps ({then_steps}) to keep them, or accept the change")
+        raise CheckpointError(f"checkpoint {path}: {what}; {keep} with --allow-schedule-change "
+                              f"(allow_schedule_change=True in Python)")
     log.warning("%s (allowed)", what)
 
 
