@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default="runs/train")
     t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     t.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
+    t.add_argument("--allow-schedule-change", action="store_true",
+                   help="with --resume and another --steps: accept that the learning-rate and other fraction-based "
+                        "schedules are stretched over the new total (their values at the resumed step change)")
     t.add_argument("--engine", choices=("kit", "trl"), default="kit",
                    help="kit: the kit's own loop (default); trl: TRL's GRPOTrainer with cfg.to_trl(), the same "
                         "run folder files (history.jsonl, plots, diagnostics)")
@@ -142,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, overwrite: bool = False,
-                 engine: str = "kit", trl_args: dict | None = None):
+                 engine: str = "kit", trl_args: dict | None = None, allow_schedule_change: bool = False):
     """Train with a progress bar; write history.jsonl, summary.json and plots into ``out``.
 
     The folder is locked for the whole run; a new run needs an empty folder (or ``overwrite``),
@@ -178,7 +181,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                                         "trl")
         run = setup(cfg)
         if resume:
-            resume_run(run, out)
+            resume_run(run, out, allow_schedule_change)
             if cfg.steps < run.step:
                 raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
                                  f"pass a larger --steps to continue it")
@@ -191,8 +194,10 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
             for m in train(cfg, run, out_dir=out):
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
+        from .schedules import budget_spent, state
+
         summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
-                                 quiet)
+                                 quiet, budget=(budget_spent(run), state(run).generated))
     return run, summary
 
 
@@ -203,8 +208,10 @@ def main_process() -> bool:
 
 
 def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int, wall: float, stopped_by,
-                   quiet: bool, engine: str = "kit") -> dict:
-    """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run."""
+                   quiet: bool, engine: str = "kit", budget: tuple[bool, int] | None = None) -> dict:
+    """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run.
+
+    ``budget``: (whether ``completion_budget`` ended the run, completions generated), with a budget."""
     from .diagnostics import diagnose, report
     from .plotting import plot_history, plotly_history
     from .runfolder import atomic_write_text
@@ -222,6 +229,8 @@ def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int,
                "steps": steps, "wall_seconds": round(wall, 1), "seed": cfg.seed,
                "evals": evals, "stopped_by": stopped_by, "findings": [f.to_dict() for f in findings],
                "engine": engine, "config": cfg.to_dict()}
+    if cfg.completion_budget and budget is not None:
+        summary["budget_spent"], summary["completions"] = bool(budget[0]), int(budget[1])
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -270,7 +279,7 @@ def cmd_demo(args) -> int:
     print(f"grpo-kit demo: GRPO on the shipped tiny model, task {cfg.task}, seed {cfg.seed}, {cfg.steps} steps "
           f"of {cfg.num_prompts} prompts x {cfg.num_generations} completions")
     run, summary = run_training(cfg, out, overwrite=overwrite)
-    if summary["steps"] < cfg.steps:
+    if _ended_early(summary, cfg):
         return _stopped_early(summary, cfg, out)
     _, after, _ = greedy_accuracy(run.policy, run.tokenizer, examples, return_completions=True)
     print("\nsample completions (the model writes the sum least-significant digit first):")
@@ -299,16 +308,26 @@ def cmd_train(args) -> int:
         from .engines.trl_engine import parse_trl_overrides
 
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
+    if args.allow_schedule_change and not args.resume:
+        raise UsageError("--allow-schedule-change only applies with --resume")
     _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
-                              trl_args=trl_args)
+                              trl_args=trl_args, allow_schedule_change=args.allow_schedule_change)
     if summary is None:  # not process 0 of a distributed launch: process 0 reports
         return 0
-    if summary["steps"] < cfg.steps:
+    if _ended_early(summary, cfg):
         return _stopped_early(summary, cfg, args.out)
     acc = (f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%}"
            if summary["base_accuracy"] is not None else "accuracy not measured")
-    print(f"{acc} after {summary['steps']} steps; wrote {_written(Path(args.out))}")
+    budget = (f" (completion_budget={cfg.completion_budget} spent: {summary['completions']} completions generated)"
+              if summary.get("budget_spent") else "")
+    print(f"{acc} after {summary['steps']} steps{budget}; wrote {_written(Path(args.out))}")
     return 0
+
+
+def _ended_early(summary: dict, cfg) -> bool:
+    """A signal (or the TRL engine's run) ended it before ``cfg.steps``; a spent ``completion_budget``
+    is a normal end, however many steps it took."""
+    return summary.get("stopped_by") is not None or (summary["steps"] < cfg.steps and not summary.get("budget_spent"))
 
 
 def _stopped_early(summary: dict, cfg, out) -> int:

@@ -114,11 +114,14 @@ class GRPOConfig:
 
     # --- sampling (one step samples P prompts x G completions)
     steps: int = 500
-    """Number of GRPO updates. Resuming with a larger ``steps`` extends a run: the learning-rate
-    schedule is recomputed over the new total, so from the resumed step on the rate is what a
-    run planned for the new total has there (a finished cosine run, which ended near 0, picks
-    up at the middle of the longer curve and decays to 0 again at the new end). The same
-    ``steps`` resumes bit-exactly."""
+    """Number of GRPO updates. The same ``steps`` resumes bit-exactly. Resuming with another ``steps``
+    stretches every schedule set by the fraction of the run (the learning-rate cosine and warm-up,
+    ``group_size_schedule``, fraction curricula) over the new total, so from the resumed step on the
+    values are those a run planned for the new total has there (a finished cosine run, which ended
+    near 0, picks up at the middle of the longer curve). When that changes a value at the resumed step,
+    the resume is refused with the list of changes unless ``--allow-schedule-change``
+    (``train(..., allow_schedule_change=True)``); a resume that changes nothing (constant rate, no
+    fraction schedule) goes ahead."""
     num_prompts: int = 16
     """P: prompts per step."""
     num_generations: int = 8
@@ -325,8 +328,15 @@ class GRPOConfig:
     reward_error_policy: str = "raise"
     """A reward that raises or is NaN/inf: 'raise' a RewardError, 'skip' the sample (advantage 0, masked
     from the loss) or 'zero' it (that function's reward becomes 0); counted in ``rewards/bad_samples``."""
-    reward_timeout_s: float | None = None
-    """Seconds a reward function may take per batch; None runs it inline without a limit (see judges.py)."""
+    reward_timeout_s: float | None = 60.0
+    """Seconds a reward function may take per batch (it runs in a worker thread); a function that takes
+    longer is a bad value for the whole batch, handled by ``reward_error_policy`` ('raise': a RewardError
+    naming it). 60 s is far above what a rule-based judge or a small learned judge needs for a batch, and
+    ends a hung one (a stuck network call, a deadlock) instead of training never moving on. While a reward
+    call runs, one SIGTERM / Ctrl-C / SIGHUP ends the run within ``judges.REWARD_STOP_GRACE_S`` (5 s),
+    keeping the last finished step. None runs the function inline without a limit (then only a second
+    signal interrupts it); see judges.py. ``--engine trl`` calls reward functions without a limit and
+    accepts only this default or None."""
     max_consecutive_skips: int = 5
     """Stop with a TrainingError after this many steps in a row whose update was skipped (0 = never stop)."""
     truncate_prompts: bool = False

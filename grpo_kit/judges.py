@@ -34,11 +34,12 @@ import itertools
 import math
 import re
 import threading
+import time
 from typing import Callable, Sequence
 
 import torch
 
-from .errors import ConfigError, RewardError
+from .errors import ConfigError, RewardError, StopRequested
 from .tasks import read_completion
 
 RewardFunc = Callable[..., list]
@@ -251,6 +252,24 @@ def _name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
+REWARD_STOP_GRACE_S = 5.0
+"""Seconds a reward call may still run after a stop request (the first Ctrl-C, SIGTERM or SIGHUP
+during ``train()``) before the run gives it up and ends without finishing that step (see
+:func:`call_with_timeout`)."""
+
+_stop = {"at": None}  # time.monotonic() of the stop request train()'s signal handling made, or None
+
+
+def request_stop() -> None:
+    """Called by ``train``'s signal handler: reward calls waiting on their worker give up after
+    :data:`REWARD_STOP_GRACE_S` seconds from now (or from their start, if later)."""
+    _stop["at"] = time.monotonic()
+
+
+def clear_stop() -> None:
+    _stop["at"] = None
+
+
 def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: float | None):
     """``f(prompts=..., completions=..., **columns)``; inline when ``timeout_s`` is None.
 
@@ -259,6 +278,11 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
     function keeps running in the background: its result is discarded, it does not block the
     interpreter from exiting (daemon), and each further timeout leaves one more such thread.
     If the function holds a lock, a GPU or a network connection, restart the kernel/process.
+
+    A stop request during ``train()`` (:func:`request_stop`: one SIGTERM, Ctrl-C or SIGHUP) gives
+    a call still running :data:`REWARD_STOP_GRACE_S` more seconds, then raises
+    :class:`StopRequested` so the run can end at once (``train`` keeps the last finished step).
+    An inline call (``timeout_s=None``) cannot be waited on this way: a second signal interrupts it.
     """
     if timeout_s is None:
         return f(prompts=prompts, completions=completions, **columns)
@@ -271,15 +295,38 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
             box["err"] = e
 
     worker = threading.Thread(target=target, name=f"reward-{_name(f)}", daemon=True)
+    start = time.monotonic()
     worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
-                          f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
-                          f"make it faster or raise reward_timeout_s (its thread is left running in the background)")
+    while worker.is_alive():  # in slices, so a stop request is seen while waiting
+        now, asked = time.monotonic(), _stop["at"]
+        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
+            raise StopRequested(f"reward function {_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
+                                f"the stop request; the step was given up (its thread is left running)")
+        if now >= start + timeout_s:
+            raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+                              f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
+                              f"make it faster or raise reward_timeout_s (its thread is left running in the "
+                              f"background)")
+        worker.join(min(0.1, start + timeout_s - now))
     if "err" in box:
         raise box["err"]
     return box["out"]
+
+
+def _own_copy(values, depth: int = 2):
+    """A copy of a list argument for one judge: lists, tuples and dicts copied ``depth`` levels down
+    (messages of a conversational prompt, per-item dicts and lists of a column); strings, numbers and
+    other objects shared. So a function that edits its inputs cannot change what later judges score
+    or what the history logs."""
+    if depth < 0:
+        return values
+    if isinstance(values, list):
+        return [_own_copy(v, depth - 1) for v in values]
+    if isinstance(values, tuple):
+        return tuple(_own_copy(v, depth - 1) for v in values)
+    if isinstance(values, dict):
+        return {k: _own_copy(v, depth - 1) for k, v in values.items()}
+    return values
 
 
 def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
@@ -306,15 +353,21 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
         reasons.append(message)
 
     for k, f in enumerate(funcs):
-        try:
-            vals = call_with_timeout(f, prompts, completions, columns, timeout_s)
-        except RewardError as e:  # timed out
+        try:  # each function gets its own copies of the lists: what it edits, no one else sees
+            vals = call_with_timeout(f, _own_copy(prompts), _own_copy(completions),
+                                     {c: _own_copy(v) if isinstance(v, list) else v for c, v in columns.items()},
+                                     timeout_s)
+        except RewardError as e:  # timed out, or the function's own RewardError
             fail(str(e), slice(None))
             continue
-        except Exception as e:  # noqa: BLE001 - re-raised with the judge's name
+        except (KeyboardInterrupt, GeneratorExit, StopRequested):
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit included: re-raised with the judge's name
+            what = f"reward function {_name(f)!r} raised {type(e).__name__}: {e}" + (
+                " (a reward function must return its values, not exit)" if isinstance(e, SystemExit) else "")
             if policy == "raise":
-                raise RewardError(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}") from e
-            fail(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}", slice(None))
+                raise RewardError(what) from e
+            fail(what, slice(None))
             continue
         try:
             if isinstance(vals, (str, bytes, dict)):  # iterable, but not one value per completion

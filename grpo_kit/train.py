@@ -13,6 +13,7 @@ weights as 10 straight steps.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -28,10 +29,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import beyond_scalar, dynamic, lora, replay, schedules
+from . import beyond_scalar, dynamic, judges, lora, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
+from .errors import CheckpointError, ConfigError, RunFolderError, StopRequested, TrainingError
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
@@ -267,12 +268,20 @@ class StopOnSignals:
     as Ctrl-C. A signal the process ignores (``nohup`` ignores SIGHUP) stays ignored. Installed
     only in the main thread (``signal`` allows nothing else); the previous handlers are restored
     on exit.
+
+    A step stuck in a reward call does not end by itself: the request also tells the scoring
+    harness (``judges.request_stop``), which gives a reward call still running
+    ``judges.REWARD_STOP_GRACE_S`` (5 s) more and then gives the step up, so one SIGTERM ends such
+    a run within that grace period (plus the time to write history and checkpoint), keeping the
+    last finished step (reward calls under ``reward_timeout_s``, the default; an inline one,
+    ``reward_timeout_s=None``, needs the second signal).
     """
 
     def __init__(self):
         self.requested, self.signal_name, self.previous, self.active = False, None, {}, False
 
     def __enter__(self):
+        judges.clear_stop()
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 prev = signal.getsignal(sig)
@@ -288,6 +297,7 @@ class StopOnSignals:
             self._restore()
             raise KeyboardInterrupt
         self.requested, self.signal_name = True, STOP_SIGNALS.get(signum, f"signal {signum}")
+        judges.request_stop()  # a reward call still running gives up after the grace period
         again = "press Ctrl-C" if signum == signal.SIGINT else f"send {self.signal_name}"
         try:  # after SIGHUP the terminal may be gone: the stop must not fail on a message
             print(f"grpo-kit: {self.signal_name}: stopping after this step (with a checkpoint if there is an "
@@ -304,6 +314,7 @@ class StopOnSignals:
 
     def __exit__(self, *exc):
         self._restore()
+        judges.clear_stop()
 
 
 StopOnSigint = StopOnSignals  # the earlier name, for code written against it
@@ -336,7 +347,8 @@ def _too_many_skips(run: Run, out_dir) -> TrainingError:
 
 
 def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = None,
-          resume: bool = False, should_stop: Callable[[], bool] | None = None) -> Iterator[dict]:
+          resume: bool = False, should_stop: Callable[[], bool] | None = None,
+          allow_schedule_change: bool = False) -> Iterator[dict]:
     """Run ``cfg.steps`` GRPO steps, yielding each step's metrics (with ``accuracy`` on eval steps).
 
     With ``out_dir``: the folder is locked against a second process (:class:`RunLock`);
@@ -347,35 +359,39 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
     ``should_stop()`` returning True, or Ctrl-C / SIGTERM / SIGHUP (in the main thread), ends
     the run after the current step, with a checkpoint; ``metrics["stopped"]`` is 1 and
     ``run.stopped_by`` names the signal. ``cfg.max_consecutive_skips`` skipped updates in a row
-    raise :class:`TrainingError`.
+    raise :class:`TrainingError`. ``allow_schedule_change``: a resume with another ``steps`` may
+    move the schedules at the resumed step (see :func:`load_checkpoint`).
     """
     run = run or setup(cfg)
     lock = RunLock(out_dir).acquire() if out_dir is not None else None
     try:
         with StopOnSignals() as signals:
-            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals)
+            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals,
+                             allow_schedule_change)
     finally:
         if lock is not None:
             lock.release()
 
 
-def resume_run(run: Run, out_dir: str | Path) -> Path:
-    """Restore ``run`` from the latest checkpoint in ``out_dir``; raise when there is none."""
+def resume_run(run: Run, out_dir: str | Path, allow_schedule_change: bool = False) -> Path:
+    """Restore ``run`` from the latest checkpoint in ``out_dir``; raise when there is none (and, see
+    :func:`load_checkpoint`, when another ``steps`` would move a schedule, unless ``allow_schedule_change``)."""
     remove_partial_checkpoints(out_dir)
     ck = latest_checkpoint(out_dir)
     if ck is None:
         raise RunFolderError(f"nothing to resume: {out_dir} has no checkpoint (no checkpoints/latest); "
                              f"check the path, or start a new run there")
-    load_checkpoint(run, ck)
+    load_checkpoint(run, ck, allow_schedule_change)
     return ck
 
 
-def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals):
+def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals,
+          allow_schedule_change: bool = False):
     saved = None  # step of the newest checkpoint on disk
     if out_dir is not None:
         remove_partial_checkpoints(out_dir)
         if resume:
-            saved = int(resume_run(run, out_dir).name.split("-")[1])
+            saved = int(resume_run(run, out_dir, allow_schedule_change).name.split("-")[1])
         elif run.step == 0 and has_run(out_dir):
             raise RunFolderError(f"{out_dir} holds another run's checkpoints; pass resume=True to continue it, "
                                  f"or another out_dir")
@@ -392,7 +408,13 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
         if signals.requested:  # arrived during the last checkpoint write or in the caller's loop body
             _end_early(run, out_dir, saved, signals.signal_name)
             break
-        metrics = grpo_step(run)
+        before = _rng_states(run)
+        try:
+            metrics = grpo_step(run)
+        except StopRequested as e:  # a reward call outlived the grace period after a stop request
+            log.warning("%s: %s", signals.signal_name or "stop", e)
+            _give_up_step(run, out_dir, saved, signals.signal_name, before)
+            break
         due_eval = bool(cfg.eval_every) and run.step % cfg.eval_every == 0
         evaluated = False
         while True:  # a stop request that arrives during the evaluation still counts for this step
@@ -433,6 +455,38 @@ def _end_early(run: Run, out_dir: Path | None, saved: int | None, why: str | Non
     if out_dir is not None:
         write_history(run.history, out_dir / "history.jsonl")
         if saved != run.step:
+            save_checkpoint(run, out_dir)
+
+
+def _rng_states(run: Run) -> dict:
+    """The random generators' states before a step (a few KB), to undo a step given up midway."""
+    out = {"step": run.step, "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
+           "torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        out["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def _give_up_step(run: Run, out_dir: Path | None, saved: int | None, why: str | None, before: dict) -> None:
+    """End the run after a step given up in a reward call: the finished steps' history, and a checkpoint
+    of the last finished step. Before the update (the usual case: rewards come before it) the random
+    generators are put back, so that checkpoint resumes exactly as if the step had never begun; with a
+    replay buffer (taken from before the rewards) or after the update (a gold judge) no new checkpoint is
+    written and the last one on disk stays. No evaluation: the run ends as fast as it can."""
+    run.stopped_by = why or "signal"
+    exact = run.step == before["step"] and schedules.state(run).replay is None
+    if exact:
+        run.data_gen.set_state(before["data_gen"])
+        run.sample_gen.set_state(before["sample_gen"])
+        torch.set_rng_state(before["torch_rng"])
+        if "cuda_rng" in before:
+            torch.cuda.set_rng_state_all(before["cuda_rng"])
+    run.step = before["step"]  # the steps whose metrics are in the history
+    if run.history:
+        run.history[-1]["stopped"] = 1.0
+    if out_dir is not None:
+        write_history(run.history, out_dir / "history.jsonl")
+        if exact and run.history and saved != run.step:
             save_checkpoint(run, out_dir)
 
 
@@ -616,7 +670,7 @@ def storable(v):
 
 def _numpy_globals() -> list:
     """numpy's scalar and array types, which :func:`storable` leaves out but checkpoints written before
-    it (grpo-kit before issue 23) may hold in a reward function's logged values: allowed when reading."""
+    it (grpo-kit before December 2026) may hold in a reward function's logged values: allowed when reading."""
     import numpy as np
 
     core = getattr(np, "_core", None) or np.core
@@ -666,9 +720,15 @@ def convert_checkpoint(path: str | Path) -> None:
     os.replace(tmp, file)
 
 
-def load_checkpoint(run: Run, path: str | Path) -> None:
+def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = False) -> None:
     """Restore ``run`` in place from a checkpoint folder written by :func:`save_checkpoint` (its trainer
-    state read with :func:`read_trainer_state`, which runs no code)."""
+    state read with :func:`read_trainer_state`, which runs no code).
+
+    A ``run.cfg`` with another ``steps`` than the checkpoint's stretches every fraction-based schedule
+    over the new total (:func:`schedules.resume_changes`): when that changes a value at the resumed
+    step (a cosine rate that jumps, G going back to an earlier entry) it raises :class:`CheckpointError`
+    listing the changes, unless ``allow_schedule_change``; allowed changes are logged as a warning.
+    """
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -730,8 +790,28 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({first}); "
                               f"resume with the model it was trained from or start a new output folder") from e
+    _check_schedules(run, state, path, allow_schedule_change)  # last, so a checkpoint that does not fit says so first
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
     run.findings = _logged_findings(run.history)
+
+
+def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:
+    """Refuse (or, allowed, announce) a resume whose new ``steps`` moves a schedule at the resumed step."""
+    then_steps = state["config"].get("steps", run.cfg.steps)
+    if then_steps == run.cfg.steps or run.cfg.steps < state["step"]:  # fewer steps than done: nothing to run
+        return
+    generated = (state.get("steer") or {}).get("generated", 0)
+    changes = schedules.resume_changes(dataclasses.replace(run.cfg, steps=then_steps), run.cfg, state["step"], generated)
+    if not changes:
+        return
+    what = (f"resuming at step {state['step']} with steps {then_steps} -> {run.cfg.steps} stretches the "
+            f"schedules over the new total: {', '.join(changes)}")
+    if not allow:
+        keep = (f"the run finished its {then_steps} steps: extend it" if state["step"] >= then_steps
+                else f"resume with the same steps ({then_steps}) to keep them, or accept the change")
+        raise CheckpointError(f"checkpoint {path}: {what}; {keep} with --allow-schedule-change "
+                              f"(allow_schedule_change=True in Python)")
+    log.warning("%s (allowed)", what)
 
 
 def _logged_findings(history: list[dict]) -> list:

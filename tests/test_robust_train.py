@@ -164,7 +164,7 @@ def test_a_checkpoint_from_before_a_new_config_field_still_resumes(two_steps):
     del state["config"]["reward_error_policy"]  # written by an older grpo-kit
     torch.save(state, ck / "trainer_state.pt")
     run = setup(cfg.replace(steps=3))
-    list(train(cfg.replace(steps=3), run, out_dir=out, resume=True))
+    list(train(cfg.replace(steps=3), run, out_dir=out, resume=True, allow_schedule_change=True))  # cosine: 0 -> 7.5e-5
     assert run.step == 3
 
 
@@ -175,7 +175,7 @@ def test_half_written_checkpoints_are_ignored_and_removed(two_steps):
     (root / "step-000009.tmp" / "model.safetensors").write_bytes(b"partial")
     (root / "latest.tmp").write_text("step-000009")
     resumed = setup(cfg.replace(steps=3))
-    list(train(cfg.replace(steps=3), resumed, out_dir=out, resume=True))
+    list(train(cfg.replace(steps=3), resumed, out_dir=out, resume=True, allow_schedule_change=True))
     assert resumed.history[:2] == run.history and resumed.step == 3
     assert not list(root.glob("*.tmp")) and latest_checkpoint(out).name == "step-000003"
 

@@ -58,7 +58,7 @@ def check_trl_engine(cfg: GRPOConfig) -> None:
     if cfg.reward_error_policy != "raise":
         raise ConfigError(f"GRPOConfig.reward_error_policy={cfg.reward_error_policy!r}: TRL's trainer has no such "
                           f"policy (a reward of None is left out of the sum, an exception stops the run); use 'raise'")
-    if cfg.reward_timeout_s is not None:
+    if cfg.reward_timeout_s not in (None, GRPOConfig.reward_timeout_s):  # the default is no choice the user made
         raise ConfigError("GRPOConfig.reward_timeout_s: TRL's trainer calls reward functions without a time limit; "
                           "set it to null for --engine trl")
 
