@@ -252,6 +252,8 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
     torch.manual_seed(cfg.seed)
     if policy is None:
         policy, tokenizer = load_model(cfg.model)
+    if cfg.lora is not None:  # before TRL's peft allocates r x (in + out) per targeted layer
+        lora.check_rank(cfg.lora, lora.linear_sizes(policy))
     ensure_pad_token(tokenizer)
     train_items, eval_items = run_items(cfg, policy, tokenizer)
     history = KitHistory(cfg, tokenizer, eval_items, out_dir, quiet)
