@@ -262,9 +262,10 @@ def cmd_train(args) -> int:
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
     if args.engine == "trl":
-        from .engines.trl_engine import parse_trl_overrides
+        from .engines.trl_engine import check_trl_packages, parse_trl_overrides
 
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
+        check_trl_packages(trl_args)  # before the run folder is made
     _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
                               trl_args=trl_args)
     if summary is None:  # not process 0 of a distributed launch: process 0 reports

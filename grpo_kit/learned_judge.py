@@ -76,7 +76,7 @@ def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32, **extra)
-    except Exception as e:  # noqa: BLE001 - a missing, truncated or foreign file: all one user-facing error
+    except Exception as e:  # a missing, truncated or foreign file: all one user-facing error
         raise CheckpointError(f"judge base {str(base)!r} cannot be loaded ({type(e).__name__}: {_first_line(e)}); "
                               f"{fix}") from e
     finally:
