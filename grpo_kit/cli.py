@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--heldout", type=float, default=0.2, help="fraction of groups held out for agreement (default 0.2)")
     j.add_argument("--batch-size", type=_positive_int, default=64, help="preference pairs per step")
     j.add_argument("--lr", type=float, default=1e-3)
+    j.add_argument("--include-ties", action="store_true", help="also train on tied pairs (target 0.5)")
     j.add_argument("--overwrite", action="store_true", help="replace what is already in --out")
     v = sub.add_parser("serve-judge", help="serve judges over HTTP (OpenRLHF's POST /get_reward protocol)")
     v.add_argument("--judge", action="append", required=True, metavar="SPEC",
@@ -305,9 +306,10 @@ def cmd_train(args) -> int:
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
     if args.engine == "trl":
-        from .engines.trl_engine import parse_trl_overrides
+        from .engines.trl_engine import check_trl_packages, parse_trl_overrides
 
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
+        check_trl_packages(trl_args)  # before the run folder is made
     if args.allow_schedule_change and not args.resume:
         raise UsageError("--allow-schedule-change only applies with --resume")
     _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
@@ -539,17 +541,25 @@ def cmd_train_judge(args) -> int:
     old = check_output(out, (*MODEL_FILES, METADATA), args.overwrite, inputs=(args.data, _model_folder(args.base)),
                        marker=METADATA,
                        kind="an earlier learned judge")  # deletes nothing yet: training may still fail
-    if not (math.isfinite(args.lr) and args.lr > 0) or args.steps < 1:
-        raise UsageError(f"--lr {args.lr} and --steps {args.steps}: need lr > 0 and at least one step")
+    for flag, value, ok, rule in (("--lr", args.lr, math.isfinite(args.lr) and args.lr > 0, "a finite number > 0"),
+                                  ("--steps", args.steps, args.steps >= 1, "at least 1"),
+                                  ("--batch-size", args.batch_size, args.batch_size >= 1, "at least 1 pair per step"),
+                                  ("--heldout", args.heldout, 0 <= args.heldout < 1, "a fraction in [0, 1)")):
+        if not ok:
+            raise UsageError(f"{flag} {value}: choose {rule}")
     records = load_preference_groups(args.data)
     train, held = split_groups(records, args.heldout, args.seed)
     model, tok, report = train_learned_judge(train, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                                             seed=args.seed, base=args.base, log=print)
+                                             seed=args.seed, base=args.base, include_ties=args.include_ties,
+                                             log=print)
     meta = {"data": str(args.data), "base": str(args.base), "seed": args.seed, "steps": args.steps,
             "batch_size": args.batch_size, "lr": args.lr, "heldout_frac": args.heldout,
-            "train_groups": len(train), "heldout_groups": len(held), **report}
+            "include_ties": args.include_ties, "train_groups": len(train), "heldout_groups": len(held), **report}
     if held:
         meta["heldout_pairs"] = len(preference_pairs(held))
+    if held and not meta["heldout_pairs"]:  # agreement is measured on pairs with a preferred side only
+        print(f"the {len(held)} held-out groups have only tied pairs: agreement not measured")
+    elif held:
         meta["heldout_agreement"] = pairwise_agreement(model, tok, held)
         print(f"held-out pairwise agreement {meta['heldout_agreement']:.3f} on {meta['heldout_pairs']} non-tied "
               f"pairs of {len(held)} groups never trained on (chance 0.5)")

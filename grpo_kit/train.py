@@ -29,10 +29,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import beyond_scalar, dynamic, judges, lora, replay, schedules
+from . import beyond_scalar, dynamic, judges, lora, memory, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, ConfigError, RunFolderError, StopRequested, TrainingError
+from .errors import CheckpointError, ConfigError, GRPOKitError, RunFolderError, StopRequested, TrainingError
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
@@ -40,7 +40,7 @@ from .metrics import correct_mask, distinct_frac, group_samples, length_metrics,
 from .sampling import chat_items
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
-from .tiny import load_model
+from .tiny import load_model, resolve_model
 
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,12 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     if policy is None:
+        checked = check_memory(cfg, local_model_config(cfg.model), device)  # before the weights are loaded
         policy, tokenizer = load_model(cfg.model, device)
+    else:
+        checked = False
+    if not checked:  # the loaded model's own config; what it holds already is not asked for again
+        check_memory(cfg, policy.config, device, held=sum(p.numel() * p.element_size() for p in policy.parameters()))
     if cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     if cfg.lora is not None:  # train adapters; the reference is the same weights with the adapter off
@@ -138,6 +143,31 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
               gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
     beyond_scalar.setup(run, cfg)  # the step judge, value head or pairwise judges of its estimator
     return run
+
+
+def local_model_config(name) -> dict | None:
+    """A local model folder's ``config.json`` as a dict (read before loading the weights); None otherwise."""
+    try:
+        path = resolve_model(name, warn=False)
+        return json.loads((path / "config.json").read_text()) if isinstance(path, Path) else None
+    except (OSError, ValueError, GRPOKitError):
+        return None
+
+
+def check_memory(cfg: GRPOConfig, model_config, device, held: int = 0) -> bool:
+    """Refuse (ConfigError) before a large allocation: a LoRA rank above the targeted layers' sizes
+    (``lora.check_rank``), or an estimated peak above the memory ``device`` has (``memory.check_fits``).
+    False when ``model_config`` is None (nothing to check yet)."""
+    if model_config is None:
+        return False
+    if cfg.lora is not None:
+        try:
+            sizes = {k: min(v) for k, v in memory.linear_shapes(memory.model_shape(model_config)).items()}
+        except (ValueError, TypeError):  # not a Llama/Qwen2-style config: add_lora checks the loaded layers
+            sizes = {}
+        lora.check_rank(cfg.lora, sizes)
+    memory.check_fits(cfg, model_config, device, held)
+    return True
 
 
 def run_items(cfg: GRPOConfig, policy, tokenizer, train_items=None, eval_items=None) -> tuple[list[dict], list[dict]]:
