@@ -95,19 +95,29 @@ def column_sum_steps(prompt: str, text: str, scratchpad=None, **_) -> list[tuple
 STEP_JUDGES = {"column_sums": column_sum_steps}
 
 
-def resolve_step_judge(spec) -> Callable:
-    """``step_judge`` -> a callable: a name of :data:`STEP_JUDGES`, ``"package.module:function"``, or a callable."""
-    if callable(spec):
-        return spec
-    if isinstance(spec, str) and spec in STEP_JUDGES:
-        return STEP_JUDGES[spec]
+def check_step_judge(spec) -> None:
+    """``step_judge`` checked by its form only (nothing imported; see ``judges.check_reward_spec``)."""
+    if callable(spec) or (isinstance(spec, str) and spec in STEP_JUDGES):
+        return
     if isinstance(spec, str) and ":" in spec:
-        f = judges._import(spec)
-        if not callable(f):
-            raise ConfigError(f"step_judge {spec!r} is a {type(f).__name__}, not a function")
-        return f
+        judges.check_import_path(spec, "step_judge")
+        return
     raise ConfigError(f"unknown step_judge {spec!r}: choose from {sorted(STEP_JUDGES)} or name an importable "
                       f"'package.module:function' returning [(score, end), ...] per completion")
+
+
+def resolve_step_judge(spec) -> Callable:
+    """``step_judge`` -> a callable: a name of :data:`STEP_JUDGES`, ``"package.module:function"`` (imported,
+    which runs the module's code), or a callable."""
+    check_step_judge(spec)
+    if callable(spec):
+        return spec
+    if spec in STEP_JUDGES:
+        return STEP_JUDGES[spec]
+    f = judges._import(spec)
+    if not callable(f):
+        raise ConfigError(f"step_judge {spec!r} is a {type(f).__name__}, not a function")
+    return f
 
 
 def check_steps_output(out, text: str, name: str, row: int) -> list[tuple[float, int]]:
@@ -249,6 +259,27 @@ def _scalar_verdicts(func, temperature, prompts, groups, columns) -> torch.Tenso
     flat_cols = {k: [x for x in v for _ in range(G)] for k, v in columns.items()}  # one value per completion
     return preferences_from_judge(func, [p for p in prompts for _ in range(G)], [c for g in groups for c in g],
                                   flat_cols, G, temperature).double()  # (P, G, G)
+
+
+def check_pairwise_judge(spec) -> None:
+    """One ``pairwise_judges`` entry checked by its form only (nothing imported or loaded; see
+    ``judges.check_reward_spec``); :func:`resolve_pairwise_judge` accepts what this accepts."""
+    if callable(spec):
+        return
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"pairwise judge {spec!r}: write a rule name {sorted(PAIRWISE_RULES)}, 'learned:PATH', "
+                          f"'reward:NAME' or 'package.module:function'")
+    if spec in PAIRWISE_RULES:
+        return
+    if spec.startswith("learned:"):
+        judges.check_reward_spec(spec)
+    elif spec.startswith("reward:"):
+        judges.check_reward_spec(spec[len("reward:"):])
+    elif ":" in spec:
+        judges.check_import_path(spec, "pairwise judge")
+    else:
+        raise ConfigError(f"unknown pairwise judge {spec!r}: choose from {sorted(PAIRWISE_RULES)}, 'learned:PATH', "
+                          f"'reward:NAME' or an importable rule 'package.module:function'")
 
 
 def resolve_pairwise_judge(spec, temperature: float | None = None) -> PairwiseJudge:

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default="runs/train")
     t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     t.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
+    t.add_argument("--allow-schedule-change", action="store_true",
+                   help="with --resume and another --steps: accept that the learning-rate and other fraction-based "
+                        "schedules are stretched over the new total (their values at the resumed step change)")
     t.add_argument("--engine", choices=("kit", "trl"), default="kit",
                    help="kit: the kit's own loop (default); trl: TRL's GRPOTrainer with cfg.to_trl(), the same "
                         "run folder files (history.jsonl, plots, diagnostics)")
@@ -122,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--heldout", type=float, default=0.2, help="fraction of groups held out for agreement (default 0.2)")
     j.add_argument("--batch-size", type=_positive_int, default=64, help="preference pairs per step")
     j.add_argument("--lr", type=float, default=1e-3)
+    j.add_argument("--include-ties", action="store_true", help="also train on tied pairs (target 0.5)")
     j.add_argument("--overwrite", action="store_true", help="replace what is already in --out")
     v = sub.add_parser("serve-judge", help="serve judges over HTTP (OpenRLHF's POST /get_reward protocol)")
     v.add_argument("--judge", action="append", required=True, metavar="SPEC",
@@ -142,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, overwrite: bool = False,
-                 engine: str = "kit", trl_args: dict | None = None):
+                 engine: str = "kit", trl_args: dict | None = None, allow_schedule_change: bool = False):
     """Train with a progress bar; write history.jsonl, summary.json and plots into ``out``.
 
     The folder is locked for the whole run; a new run needs an empty folder (or ``overwrite``),
@@ -178,7 +182,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                                         "trl")
         run = setup(cfg)
         if resume:
-            resume_run(run, out)
+            resume_run(run, out, allow_schedule_change)
             if cfg.steps < run.step:
                 raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
                                  f"pass a larger --steps to continue it")
@@ -191,8 +195,10 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
             for m in train(cfg, run, out_dir=out):
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
+        from .schedules import budget_spent, state
+
         summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
-                                 quiet)
+                                 quiet, budget=(budget_spent(run), state(run).generated))
     return run, summary
 
 
@@ -203,8 +209,10 @@ def main_process() -> bool:
 
 
 def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int, wall: float, stopped_by,
-                   quiet: bool, engine: str = "kit") -> dict:
-    """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run."""
+                   quiet: bool, engine: str = "kit", budget: tuple[bool, int] | None = None) -> dict:
+    """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run.
+
+    ``budget``: (whether ``completion_budget`` ended the run, completions generated), with a budget."""
     from .diagnostics import diagnose, report
     from .plotting import plot_history, plotly_history
     from .runfolder import atomic_write_text
@@ -222,6 +230,8 @@ def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int,
                "steps": steps, "wall_seconds": round(wall, 1), "seed": cfg.seed,
                "evals": evals, "stopped_by": stopped_by, "findings": [f.to_dict() for f in findings],
                "engine": engine, "config": cfg.to_dict()}
+    if cfg.completion_budget and budget is not None:
+        summary["budget_spent"], summary["completions"] = bool(budget[0]), int(budget[1])
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -270,7 +280,7 @@ def cmd_demo(args) -> int:
     print(f"grpo-kit demo: GRPO on the shipped tiny model, task {cfg.task}, seed {cfg.seed}, {cfg.steps} steps "
           f"of {cfg.num_prompts} prompts x {cfg.num_generations} completions")
     run, summary = run_training(cfg, out, overwrite=overwrite)
-    if summary["steps"] < cfg.steps:
+    if _ended_early(summary, cfg):
         return _stopped_early(summary, cfg, out)
     _, after, _ = greedy_accuracy(run.policy, run.tokenizer, examples, return_completions=True)
     print("\nsample completions (the model writes the sum least-significant digit first):")
@@ -296,19 +306,30 @@ def cmd_train(args) -> int:
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
     if args.engine == "trl":
-        from .engines.trl_engine import parse_trl_overrides
+        from .engines.trl_engine import check_trl_packages, parse_trl_overrides
 
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
+        check_trl_packages(trl_args)  # before the run folder is made
+    if args.allow_schedule_change and not args.resume:
+        raise UsageError("--allow-schedule-change only applies with --resume")
     _, summary = run_training(cfg, args.out, resume=args.resume, overwrite=args.overwrite, engine=args.engine,
-                              trl_args=trl_args)
+                              trl_args=trl_args, allow_schedule_change=args.allow_schedule_change)
     if summary is None:  # not process 0 of a distributed launch: process 0 reports
         return 0
-    if summary["steps"] < cfg.steps:
+    if _ended_early(summary, cfg):
         return _stopped_early(summary, cfg, args.out)
     acc = (f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%}"
            if summary["base_accuracy"] is not None else "accuracy not measured")
-    print(f"{acc} after {summary['steps']} steps; wrote {_written(Path(args.out))}")
+    budget = (f" (completion_budget={cfg.completion_budget} spent: {summary['completions']} completions generated)"
+              if summary.get("budget_spent") else "")
+    print(f"{acc} after {summary['steps']} steps{budget}; wrote {_written(Path(args.out))}")
     return 0
+
+
+def _ended_early(summary: dict, cfg) -> bool:
+    """A signal (or the TRL engine's run) ended it before ``cfg.steps``; a spent ``completion_budget``
+    is a normal end, however many steps it took."""
+    return summary.get("stopped_by") is not None or (summary["steps"] < cfg.steps and not summary.get("budget_spent"))
 
 
 def _stopped_early(summary: dict, cfg, out) -> int:
@@ -358,22 +379,19 @@ def cmd_export(args) -> int:
     then the previous export's files (only those) are removed and the new ones renamed into place."""
     import os
 
-    import torch
-
     from .export import OWN_FILES, SKIP, vllm_command, write_export
     from .runfolder import check_output, check_path, remove_own
-    from .train import STATE_FILE, latest_checkpoint
+    from .train import STATE_FILE, latest_checkpoint, read_trainer_state
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         ckpt, run_config = _trl_run_model(run_dir, args.run)
     else:
-        try:
-            run_config = torch.load(ckpt / STATE_FILE, weights_only=False, map_location="cpu")["config"]
-        except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint cannot be exported
-            raise UsageError(f"{ckpt}: cannot read {STATE_FILE} ({type(e).__name__}: {e}); export an intact "
-                             f"checkpoint") from None
+        state = read_trainer_state(ckpt)  # CheckpointError for a crafted or broken file; runs no code
+        run_config = state.get("config") if isinstance(state, dict) else None
+        if not isinstance(run_config, dict):
+            raise UsageError(f"{ckpt}: {STATE_FILE} holds no run config; export an intact checkpoint")
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
@@ -523,17 +541,25 @@ def cmd_train_judge(args) -> int:
     old = check_output(out, (*MODEL_FILES, METADATA), args.overwrite, inputs=(args.data, _model_folder(args.base)),
                        marker=METADATA,
                        kind="an earlier learned judge")  # deletes nothing yet: training may still fail
-    if not (math.isfinite(args.lr) and args.lr > 0) or args.steps < 1:
-        raise UsageError(f"--lr {args.lr} and --steps {args.steps}: need lr > 0 and at least one step")
+    for flag, value, ok, rule in (("--lr", args.lr, math.isfinite(args.lr) and args.lr > 0, "a finite number > 0"),
+                                  ("--steps", args.steps, args.steps >= 1, "at least 1"),
+                                  ("--batch-size", args.batch_size, args.batch_size >= 1, "at least 1 pair per step"),
+                                  ("--heldout", args.heldout, 0 <= args.heldout < 1, "a fraction in [0, 1)")):
+        if not ok:
+            raise UsageError(f"{flag} {value}: choose {rule}")
     records = load_preference_groups(args.data)
     train, held = split_groups(records, args.heldout, args.seed)
     model, tok, report = train_learned_judge(train, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                                             seed=args.seed, base=args.base, log=print)
+                                             seed=args.seed, base=args.base, include_ties=args.include_ties,
+                                             log=print)
     meta = {"data": str(args.data), "base": str(args.base), "seed": args.seed, "steps": args.steps,
             "batch_size": args.batch_size, "lr": args.lr, "heldout_frac": args.heldout,
-            "train_groups": len(train), "heldout_groups": len(held), **report}
+            "include_ties": args.include_ties, "train_groups": len(train), "heldout_groups": len(held), **report}
     if held:
         meta["heldout_pairs"] = len(preference_pairs(held))
+    if held and not meta["heldout_pairs"]:  # agreement is measured on pairs with a preferred side only
+        print(f"the {len(held)} held-out groups have only tied pairs: agreement not measured")
+    elif held:
         meta["heldout_agreement"] = pairwise_agreement(model, tok, held)
         print(f"held-out pairwise agreement {meta['heldout_agreement']:.3f} on {meta['heldout_pairs']} non-tied "
               f"pairs of {len(held)} groups never trained on (chance 0.5)")

@@ -94,7 +94,9 @@ class GRPOConfig:
     "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
     judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
     timeout and retries through the factory ``grpo_kit.serve:remote_reward``); they get TRL's keyword
-    arguments (see judges.py). Callables can be passed to ``setup()`` directly."""
+    arguments (see judges.py). Callables can be passed to ``setup()`` directly. Validating a config checks
+    each entry's form only; ``setup()`` (train) and ``serve-judge`` import the modules and call the factories,
+    which runs their code as a Python script would."""
     reward_weights: list[float] | None = None
     """One weight per reward function (TRL's ``reward_weights``); None means all 1."""
     gold_reward_funcs: list = field(default_factory=list)
@@ -112,11 +114,14 @@ class GRPOConfig:
 
     # --- sampling (one step samples P prompts x G completions)
     steps: int = 500
-    """Number of GRPO updates. Resuming with a larger ``steps`` extends a run: the learning-rate
-    schedule is recomputed over the new total, so from the resumed step on the rate is what a
-    run planned for the new total has there (a finished cosine run, which ended near 0, picks
-    up at the middle of the longer curve and decays to 0 again at the new end). The same
-    ``steps`` resumes bit-exactly."""
+    """Number of GRPO updates. The same ``steps`` resumes bit-exactly. Resuming with another ``steps``
+    stretches every schedule set by the fraction of the run (the learning-rate cosine and warm-up,
+    ``group_size_schedule``, fraction curricula) over the new total, so from the resumed step on the
+    values are those a run planned for the new total has there (a finished cosine run, which ended
+    near 0, picks up at the middle of the longer curve). When that changes a value at the resumed step,
+    the resume is refused with the list of changes unless ``--allow-schedule-change``
+    (``train(..., allow_schedule_change=True)``); a resume that changes nothing (constant rate, no
+    fraction schedule) goes ahead."""
     num_prompts: int = 16
     """P: prompts per step."""
     num_generations: int = 8
@@ -333,8 +338,15 @@ class GRPOConfig:
     reward_error_policy: str = "raise"
     """A reward that raises or is NaN/inf: 'raise' a RewardError, 'skip' the sample (advantage 0, masked
     from the loss) or 'zero' it (that function's reward becomes 0); counted in ``rewards/bad_samples``."""
-    reward_timeout_s: float | None = None
-    """Seconds a reward function may take per batch; None runs it inline without a limit (see judges.py)."""
+    reward_timeout_s: float | None = 60.0
+    """Seconds a reward function may take per batch (it runs in a worker thread); a function that takes
+    longer is a bad value for the whole batch, handled by ``reward_error_policy`` ('raise': a RewardError
+    naming it). 60 s is far above what a rule-based judge or a small learned judge needs for a batch, and
+    ends a hung one (a stuck network call, a deadlock) instead of training never moving on. While a reward
+    call runs, one SIGTERM / Ctrl-C / SIGHUP ends the run within ``judges.REWARD_STOP_GRACE_S`` (5 s),
+    keeping the last finished step. None runs the function inline without a limit (then only a second
+    signal interrupts it); see judges.py. ``--engine trl`` calls reward functions without a limit and
+    accepts only this default or None."""
     max_consecutive_skips: int = 5
     """Stop with a TrainingError after this many steps in a row whose update was skipped (0 = never stop)."""
     truncate_prompts: bool = False
@@ -391,10 +403,10 @@ class GRPOConfig:
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
              "strings or {'function': ..., 'args': {...}} factories")
-        from .judges import resolve_reward_func
+        from .judges import check_reward_spec
 
-        for f in self.reward_funcs:
-            resolve_reward_func(f)  # ConfigError naming the entry: unknown name, failed import, bad factory args
+        for f in self.reward_funcs:  # by form only: importing a 'module:function' runs its code, so only
+            check_reward_spec(f)     # the commands that score import it (train.setup, serve-judge)
         need(self.reward_weights is None or (isinstance(self.reward_weights, list)
                                              and all(_is_num(w) for w in self.reward_weights)
                                              and len(self.reward_weights) == len(self.reward_funcs)),
@@ -403,7 +415,7 @@ class GRPOConfig:
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.gold_reward_funcs),
              "gold_reward_funcs", "must be a list of reward functions written as in reward_funcs, empty for none")
         for f in self.gold_reward_funcs:
-            resolve_reward_func(f)
+            check_reward_spec(f)
         integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
         # sampling
@@ -489,7 +501,7 @@ class GRPOConfig:
 
     def _validate_beyond_scalar(self, need, number) -> None:
         """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
-        from .beyond_scalar import STEP_JUDGES, resolve_pairwise_judge, resolve_step_judge
+        from .beyond_scalar import STEP_JUDGES, check_pairwise_judge, check_step_judge
 
         est = self.advantage_estimator
         for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
@@ -500,7 +512,7 @@ class GRPOConfig:
         need((isinstance(self.step_judge, str) and self.step_judge) or callable(self.step_judge), "step_judge",
              f"must be a name of {sorted(STEP_JUDGES)} or 'package.module:function'")
         if est == "process":
-            resolve_step_judge(self.step_judge)  # ConfigError naming it: unknown name, failed import
+            check_step_judge(self.step_judge)  # ConfigError naming it: unknown name, malformed (nothing imported)
             need(self.step_judge != "column_sums" or self.dataset is not None or self.task_schedule is not None
                  or _is_scratchpad(self.task), "step_judge",
                  f"'column_sums' reads the scratchpad task's column sums, and task={self.task!r} has no scratchpad; "
@@ -515,7 +527,7 @@ class GRPOConfig:
         need(est != "pairwise" or judges_, "pairwise_judges",
              "is empty; advantage_estimator='pairwise' needs at least one judge, e.g. [correctness]")
         for j in judges_ if est == "pairwise" else ():
-            resolve_pairwise_judge(j, self.pairwise_temperature)  # ConfigError naming the entry
+            check_pairwise_judge(j)  # ConfigError naming the entry (nothing imported or loaded)
         w = self.pairwise_weights
         need(w is None or (isinstance(w, list) and len(w) == len(judges_) and all(_is_num(x) and x >= 0 for x in w)
                            and sum(w) > 0), "pairwise_weights",

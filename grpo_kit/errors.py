@@ -32,3 +32,8 @@ class RunFolderError(GRPOKitError, RuntimeError):
 class DiskFullError(GRPOKitError, OSError):
     """A write failed because the disk is full; the message names the file. Earlier files are intact."""
 
+
+
+class StopRequested(GRPOKitError):
+    """A stop request (one SIGTERM, Ctrl-C or SIGHUP) found a reward call still running after the grace
+    period (``judges.REWARD_STOP_GRACE_S``); ``train()`` ends the run without finishing that step."""

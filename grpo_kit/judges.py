@@ -34,11 +34,12 @@ import itertools
 import math
 import re
 import threading
+import time
 from typing import Callable, Sequence
 
 import torch
 
-from .errors import ConfigError, RewardError
+from .errors import ConfigError, RewardError, StopRequested
 from .tasks import read_completion
 
 RewardFunc = Callable[..., list]
@@ -79,13 +80,23 @@ def format_reward(prompts: list[str], completions: list[str], **_) -> list[float
 REWARD_FUNCS: dict[str, RewardFunc] = {"exact_answer": exact_answer, "format": format_reward}
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def check_import_path(path: str, what: str = "reward function") -> None:
+    """``"package.module:function"`` checked by its form only (a dotted module path, a colon, a name):
+    nothing is imported. ConfigError when it is not of that form."""
+    if not (isinstance(path, str) and _IMPORT_PATH.fullmatch(path)):
+        raise ConfigError(f"{what} {path!r}: write an importable one as 'package.module:function'")
+
+
 def _import(path: str):
-    """``"package.module:attr"`` -> the object; ConfigError naming what is missing."""
+    """``"package.module:attr"`` -> the object; ConfigError naming what is missing. This imports the
+    module, which runs its code: only the commands that score call it (see :func:`check_reward_spec`)."""
     import importlib
 
+    check_import_path(path)
     module, _, attr = path.partition(":")
-    if not module or not attr:
-        raise ConfigError(f"reward function {path!r}: write an importable one as 'package.module:function'")
     try:
         obj = importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - ImportError, or a bad name, or the module failing as it loads
@@ -110,15 +121,13 @@ def resolve_reward_func(spec) -> RewardFunc:
     - ``"remote:URL"``: a judge served over HTTP with OpenRLHF's remote reward model protocol
       (``grpo-kit serve-judge``; see ``serve.remote_reward``, whose factory form sets the timeout
       and retries).
-    Raises :class:`ConfigError` naming the entry and what is wrong.
+    Raises :class:`ConfigError` naming the entry and what is wrong. This imports the module and calls the
+    factory an entry names, running their code; :func:`check_reward_spec` checks the form without that.
     """
+    check_reward_spec(spec)
     if callable(spec):
         return spec
     if isinstance(spec, dict):
-        unknown = sorted(set(spec) - {"function", "args"})
-        if unknown or not isinstance(spec.get("function"), str) or not isinstance(spec.get("args", {}), dict):
-            raise ConfigError(f"reward function {spec!r}: write a factory as {{'function': 'package.module:factory', "
-                              f"'args': {{name: value}}}}" + (f" (unknown keys {unknown})" if unknown else ""))
         factory = _import(spec["function"])
         try:
             f = factory(**spec.get("args", {}))
@@ -128,15 +137,40 @@ def resolve_reward_func(spec) -> RewardFunc:
         return _text_view(REWARD_FUNCS[spec])
     elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
         return _text_view(_judge_from_prefix(spec))
-    elif isinstance(spec, str) and ":" in spec:
+    else:
         f = _import(spec)
+    if not callable(f):
+        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
+    return f
+
+
+def check_reward_spec(spec) -> None:
+    """One ``reward_funcs`` entry checked by its form only, as ``GRPOConfig.validate`` does: nothing is
+    imported, called or loaded, so reading, validating, printing or exporting a config runs none of
+    the code it names. Raises :class:`ConfigError` naming the entry (an unknown name, a malformed
+    ``"package.module:function"``, factory or ``learned:``/``remote:`` entry); a module that fails to
+    import, a missing function or a factory rejecting its args is found by :func:`resolve_reward_func`,
+    when a command scores (``train``, ``eval``, ``serve-judge``).
+    """
+    if callable(spec) or (isinstance(spec, str) and spec in REWARD_FUNCS):
+        return
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"function", "args"})
+        if unknown or not isinstance(spec.get("function"), str) or not isinstance(spec.get("args", {}), dict):
+            raise ConfigError(f"reward function {spec!r}: write a factory as {{'function': 'package.module:factory', "
+                              f"'args': {{name: value}}}}" + (f" (unknown keys {unknown})" if unknown else ""))
+        check_import_path(spec["function"], "reward function factory")
+    elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
+        kind, _, where = spec.partition(":")
+        if not where.strip():
+            raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
+                              f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
+    elif isinstance(spec, str) and ":" in spec:
+        check_import_path(spec)
     else:
         raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
                           f"one as 'package.module:function', a saved learned judge as 'learned:DIR', a served one as "
                           f"'remote:URL', or pass a callable")
-    if not callable(f):
-        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
-    return f
 
 
 def _judge_from_prefix(spec: str) -> RewardFunc:
@@ -144,9 +178,6 @@ def _judge_from_prefix(spec: str) -> RewardFunc:
     from .errors import CheckpointError
 
     kind, _, where = spec.partition(":")
-    if not where.strip():
-        raise ConfigError(f"reward function {spec!r}: write it as '{kind}:"
-                          f"{'PATH' if kind == 'learned' else 'http://HOST:PORT/get_reward'}'")
     try:
         if kind == "learned":
             from .learned_judge import learned_reward
@@ -221,6 +252,24 @@ def _name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
+REWARD_STOP_GRACE_S = 5.0
+"""Seconds a reward call may still run after a stop request (the first Ctrl-C, SIGTERM or SIGHUP
+during ``train()``) before the run gives it up and ends without finishing that step (see
+:func:`call_with_timeout`)."""
+
+_stop = {"at": None}  # time.monotonic() of the stop request train()'s signal handling made, or None
+
+
+def request_stop() -> None:
+    """Called by ``train``'s signal handler: reward calls waiting on their worker give up after
+    :data:`REWARD_STOP_GRACE_S` seconds from now (or from their start, if later)."""
+    _stop["at"] = time.monotonic()
+
+
+def clear_stop() -> None:
+    _stop["at"] = None
+
+
 def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: float | None):
     """``f(prompts=..., completions=..., **columns)``; inline when ``timeout_s`` is None.
 
@@ -229,6 +278,11 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
     function keeps running in the background: its result is discarded, it does not block the
     interpreter from exiting (daemon), and each further timeout leaves one more such thread.
     If the function holds a lock, a GPU or a network connection, restart the kernel/process.
+
+    A stop request during ``train()`` (:func:`request_stop`: one SIGTERM, Ctrl-C or SIGHUP) gives
+    a call still running :data:`REWARD_STOP_GRACE_S` more seconds, then raises
+    :class:`StopRequested` so the run can end at once (``train`` keeps the last finished step).
+    An inline call (``timeout_s=None``) cannot be waited on this way: a second signal interrupts it.
     """
     if timeout_s is None:
         return f(prompts=prompts, completions=completions, **columns)
@@ -241,15 +295,38 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
             box["err"] = e
 
     worker = threading.Thread(target=target, name=f"reward-{_name(f)}", daemon=True)
+    start = time.monotonic()
     worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
-                          f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
-                          f"make it faster or raise reward_timeout_s (its thread is left running in the background)")
+    while worker.is_alive():  # in slices, so a stop request is seen while waiting
+        now, asked = time.monotonic(), _stop["at"]
+        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
+            raise StopRequested(f"reward function {_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
+                                f"the stop request; the step was given up (its thread is left running)")
+        if now >= start + timeout_s:
+            raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+                              f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
+                              f"make it faster or raise reward_timeout_s (its thread is left running in the "
+                              f"background)")
+        worker.join(min(0.1, start + timeout_s - now))
     if "err" in box:
         raise box["err"]
     return box["out"]
+
+
+def _own_copy(values, depth: int = 2):
+    """A copy of a list argument for one judge: lists, tuples and dicts copied ``depth`` levels down
+    (messages of a conversational prompt, per-item dicts and lists of a column); strings, numbers and
+    other objects shared. So a function that edits its inputs cannot change what later judges score
+    or what the history logs."""
+    if depth < 0:
+        return values
+    if isinstance(values, list):
+        return [_own_copy(v, depth - 1) for v in values]
+    if isinstance(values, tuple):
+        return tuple(_own_copy(v, depth - 1) for v in values)
+    if isinstance(values, dict):
+        return {k: _own_copy(v, depth - 1) for k, v in values.items()}
+    return values
 
 
 def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
@@ -276,15 +353,21 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
         reasons.append(message)
 
     for k, f in enumerate(funcs):
-        try:
-            vals = call_with_timeout(f, prompts, completions, columns, timeout_s)
-        except RewardError as e:  # timed out
+        try:  # each function gets its own copies of the lists: what it edits, no one else sees
+            vals = call_with_timeout(f, _own_copy(prompts), _own_copy(completions),
+                                     {c: _own_copy(v) if isinstance(v, list) else v for c, v in columns.items()},
+                                     timeout_s)
+        except RewardError as e:  # timed out, or the function's own RewardError
             fail(str(e), slice(None))
             continue
-        except Exception as e:  # noqa: BLE001 - re-raised with the judge's name
+        except (KeyboardInterrupt, GeneratorExit, StopRequested):
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit included: re-raised with the judge's name
+            what = f"reward function {_name(f)!r} raised {type(e).__name__}: {e}" + (
+                " (a reward function must return its values, not exit)" if isinstance(e, SystemExit) else "")
             if policy == "raise":
-                raise RewardError(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}") from e
-            fail(f"reward function {_name(f)!r} raised {type(e).__name__}: {e}", slice(None))
+                raise RewardError(what) from e
+            fail(what, slice(None))
             continue
         try:
             if isinstance(vals, (str, bytes, dict)):  # iterable, but not one value per completion

@@ -26,6 +26,7 @@ config, ``reward_funcs: ["learned:DIR"]`` scores with it (loaded once per proces
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from .errors import CheckpointError, DataError
+from .errors import CheckpointError, ConfigError, DataError
 
 METADATA = "grpo_kit_judge.json"
 """The file that marks a folder as a learned judge saved by the kit."""
@@ -61,16 +62,23 @@ def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from .tiny import SHIPPED
+    from .tiny import _first_line, hub_reachable, resolve_model
 
-    path = SHIPPED if str(base) == "tiny" else base
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    path = resolve_model(base)  # "tiny" and the shipped names, a local folder, or a hub name
+    fix = "pass a model folder written by save_pretrained (config.json, tokenizer and weights), or 'tiny'"
+    if isinstance(path, Path) and not (path / "config.json").is_file():
+        raise CheckpointError(f"judge base {str(base)!r}: not a model folder (no config.json); {fix}")
+    extra = {} if isinstance(path, Path) or hub_reachable() else {"local_files_only": True}  # offline: the cache only
     torch.manual_seed(seed)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # "score.weight newly initialised" is the point here
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32, **extra)
+    except Exception as e:  # a missing, truncated or foreign file: all one user-facing error
+        raise CheckpointError(f"judge base {str(base)!r} cannot be loaded ({type(e).__name__}: {_first_line(e)}); "
+                              f"{fix}") from e
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
@@ -109,11 +117,19 @@ def bradley_terry_loss(r_a: torch.Tensor, r_b: torch.Tensor, q: torch.Tensor) ->
 def train_learned_judge(records: Sequence[dict], steps: int = 200, batch_size: int = 64, lr: float = 1e-3,
                         seed: int = 0, base: str | Path = "tiny", include_ties: bool = False,
                         threads: int | None = None, log=None):
-    """Train a learned judge on offline preference groups; returns ``(model, tokenizer, report)``."""
+    """Train a learned judge on offline preference groups; returns ``(model, tokenizer, report)``.
+
+    ``steps`` and ``batch_size`` are whole numbers >= 1 and ``lr`` a finite number > 0 (ConfigError)."""
+    for name, v, ok in (("steps", steps, isinstance(steps, int) and steps >= 1),
+                        ("batch_size", batch_size, isinstance(batch_size, int) and batch_size >= 1),
+                        ("lr", lr, isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0)):
+        if isinstance(v, bool) or not ok:
+            raise ConfigError(f"train_learned_judge {name}={v!r}: must be " +
+                              ("a finite number > 0" if name == "lr" else "a whole number >= 1"))
     pairs = preference_pairs(records, include_ties)
     if not pairs:
-        raise DataError("no preference pairs to learn from: every pair is a tie; pass include_ties=True or "
-                        "give groups with a preferred response")
+        raise DataError("no preference pairs to learn from: every pair is a tie; train on ties too "
+                        "(--include-ties, or include_ties=True in Python) or give groups with a preferred response")
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -221,15 +237,28 @@ def load_learned_judge(path: str | Path):
         raise CheckpointError(f"learned judge {str(path)!r}: not a learned judge folder (no {METADATA}); {fix}")
     try:
         meta = json.loads((path / METADATA).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"learned judge {str(path)!r}: {METADATA} is not readable JSON ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''}); {fix}") from e
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"learned judge {str(path)!r}: {METADATA} holds a JSON {_json_kind(meta)}, not an "
+                              f"object such as {{\"kind\": \"learned_judge\", ...}}; {fix}")
+    try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
     except Exception as e:  # a truncated or foreign file: one user-facing error
         raise CheckpointError(f"learned judge {str(path)!r} cannot be loaded ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}); {fix}") from e
-    if not isinstance(meta, dict) or model.config.num_labels != 1:
-        raise CheckpointError(f"learned judge {str(path)!r}: expected one scalar output and a metadata object, "
+    if model.config.num_labels != 1:
+        raise CheckpointError(f"learned judge {str(path)!r}: expected one scalar output, "
                               f"got {model.config.num_labels} outputs; {fix}")
     return model.eval(), tokenizer, meta
+
+
+def _json_kind(value) -> str:
+    """What JSON calls the type of a parsed value (array, string, number, ...)."""
+    kinds = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 _LOADED: dict[tuple[str, float], object] = {}

@@ -61,22 +61,46 @@ def lora_settings(lora: dict) -> dict:
 
 def linear_module_names(model: torch.nn.Module) -> list[str]:
     """The last name part of every ``nn.Linear`` in ``model`` (what ``target_modules`` may name), sorted."""
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    return sorted(linear_sizes(model))
+
+
+def linear_sizes(model: torch.nn.Module) -> dict[str, int]:
+    """Each ``nn.Linear`` name part (see :func:`linear_module_names`) -> the smallest min(in, out) among those layers."""
+    sizes: dict[str, int] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            key = name.rsplit(".", 1)[-1]
+            sizes[key] = min(sizes.get(key, m.in_features), m.in_features, m.out_features)
+    return sizes
+
+
+def check_rank(lora: dict, sizes: dict[str, int]) -> None:
+    """ConfigError when ``lora``'s r exceeds min(in, out) of a targeted layer (``sizes``: :func:`linear_sizes`, or
+    ``memory.linear_shapes`` before loading): such a rank adds nothing a full update lacks, only memory."""
+    s = lora_settings(lora)
+    targeted = {t: sizes[t] for t in s["target_modules"] if t in sizes}
+    if targeted and s["r"] > min(targeted.values()):
+        limit = min(targeted.values())
+        smallest = [t for t, n in targeted.items() if n == limit]
+        raise ConfigError(f"GRPOConfig.lora r={s['r']} exceeds {limit}, the smallest in/out size of the targeted "
+                          f"layers ({', '.join(smallest)}); choose r <= {limit}")
 
 
 def add_lora(model: torch.nn.Module, lora: dict, adapter_name: str = "default"):
     """``model`` wrapped in a peft ``PeftModel`` with a LoRA adapter: the base weights frozen, the adapter
     trainable (A random from torch's generator, B zero: the wrapped model computes what ``model`` did).
 
-    A target module name the model lacks is a ConfigError that lists the model's linear module names."""
+    A target module name the model lacks is a ConfigError that lists the model's linear module names, and so
+    is an r above a targeted layer's min(in, out) (:func:`check_rank`)."""
     from peft import get_peft_model
 
     s = lora_settings(lora)
-    have = linear_module_names(model)
-    missing = [t for t in s["target_modules"] if t not in have]
+    sizes = linear_sizes(model)
+    missing = [t for t in s["target_modules"] if t not in sizes]
     if missing:
         raise ConfigError(f"GRPOConfig.lora target_modules {missing} are not linear modules of this model "
-                          f"({type(model).__name__}); its linear modules are {have}")
+                          f"({type(model).__name__}); its linear modules are {sorted(sizes)}")
+    check_rank(lora, sizes)  # before peft allocates r x (in + out) per layer
     with _quiet_peft():
         return get_peft_model(model, peft_config(lora), adapter_name=adapter_name)
 

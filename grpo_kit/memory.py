@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ConfigError
+
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GiB = 2**30
 
@@ -223,6 +225,65 @@ def estimate_for_config(cfg, model_config, prompt_len: int, completion_len: int 
                            share_prompt=cfg.share_prompt_prefix, lora_r=lora["r"] if lora else None,
                            lora_targets=tuple(lora["target_modules"]) if lora else LORA_TARGETS, device=device,
                            pack_max_tokens=cfg.pack_max_tokens)
+
+
+def available_bytes(device) -> int | None:
+    """Memory free for new allocations on ``device``: the CUDA driver's free figure, or the RAM the system
+    says is available (``psutil`` if installed, else ``MemAvailable`` in /proc/meminfo); None when unknown."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+    except ImportError:
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+NO_CHECK_ENV = "GRPO_KIT_NO_MEMORY_CHECK"
+"""Set to 1 to skip :func:`check_fits` (when the estimate is known to be wrong for a model)."""
+
+
+def check_fits(cfg, model_config, device, held: int = 0) -> None:
+    """ConfigError when a run of ``cfg`` cannot fit: the estimated peak (:func:`estimate_for_config`, with
+    one-token prompts: a lower bound) minus ``held`` (bytes of the model already loaded) exceeds the memory
+    ``device`` has available. Nothing is checked for a config the estimator cannot read (not Llama/Qwen2-style)."""
+    import os
+
+    import torch
+
+    if os.environ.get(NO_CHECK_ENV, "") not in ("", "0"):
+        return
+    device = torch.device(device)
+    try:
+        est = estimate_for_config(cfg, model_config, prompt_len=1, device=device.type)
+    except (ValueError, TypeError):
+        return
+    have = available_bytes(device)
+    need = est["peak"] - held
+    if have is not None and need > have:
+        more = f" beyond the {_size(held)} its model holds" if held else ""
+        raise ConfigError(f"this run needs at least {_size(need)} of memory on {device.type}{more} (estimated peak "
+                          f"{_size(est['peak'])} at {est['peak_at']}: grpo_kit.memory.estimate_for_config) "
+                          f"but {_size(have)} is available; lower micro_batch_size, num_generations or "
+                          f"max_completion_length, or train LoRA adapters (lora: {{r: 8}}); set {NO_CHECK_ENV}=1 "
+                          f"to skip this check")
+
+
+def _size(n: float) -> str:
+    """Bytes as GiB, or MiB below one GiB."""
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / 2**20:.1f} MiB"
 
 
 def suggest_micro_batch(memory_bytes: float, config, P: int, G: int, prompt_len: int, completion_len: int,

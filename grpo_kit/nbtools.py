@@ -20,8 +20,12 @@ _RECORDS: dict = {}
 
 
 def record(name: str, value) -> None:
-    """Store a JSON-serialisable value under ``name`` in the notebook's output."""
-    json.dumps(value)  # fail here, not when reading back
+    """Store a JSON-serialisable value under ``name`` in the notebook's output.
+
+    The value travels as JSON text (``"json"``), so NaN and ±inf come back from :func:`read_records` as
+    floats: Jupyter cleans display data itself and would turn them into the strings ``'nan'``/``'inf'``.
+    """
+    text = json.dumps(value)  # fail here, not when reading back
     _RECORDS[name] = value
     try:
         from IPython import get_ipython
@@ -29,11 +33,14 @@ def record(name: str, value) -> None:
     except ImportError:
         return
     if get_ipython() is not None:
-        display({MIME: {"name": name, "value": value}, "text/plain": f"{name} = {value!r}"}, raw=True)
+        display({MIME: {"name": name, "json": text}, "text/plain": f"{name} = {value!r}"}, raw=True)
 
 
 def read_records(path: str | Path) -> dict:
-    """Every value recorded in an executed notebook, by name (a later record wins)."""
+    """Every value recorded in an executed notebook, by name (a later record wins).
+
+    Notebooks executed before values travelled as JSON text hold them under ``"value"``; those are read as stored.
+    """
     nb = json.loads(Path(path).read_text())
     out = {}
     for cell in nb.get("cells", []):
@@ -41,7 +48,7 @@ def read_records(path: str | Path) -> dict:
             data = o.get("data", {})
             if MIME in data:
                 rec = data[MIME]
-                out[rec["name"]] = rec["value"]
+                out[rec["name"]] = json.loads(rec["json"]) if "json" in rec else rec["value"]
     return out
 
 

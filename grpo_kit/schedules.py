@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
@@ -306,6 +307,37 @@ def preview(cfg, points: int = 11) -> list[dict]:
         out.append({"fraction": frac, "G": G, "P": B // G, "tasks": tasks_at(cfg, frac, st) or [cfg.task],
                     "rewards": rewards_at(cfg, frac, st) or list(cfg.reward_funcs)})
     return out
+
+
+def resume_changes(old, new, step: int, generated: int = 0) -> list[str]:
+    """What resuming at ``step`` with config ``new`` instead of the checkpoint's ``old`` (another
+    ``steps``) changes in the step to come, in words: every schedule set by the fraction of the run
+    (the learning rate's cosine and warm-up, ``group_size_schedule``, ``task_schedule`` and
+    ``reward_schedule`` with ``curriculum_by='fraction'``) is stretched over the new total, so its
+    value at ``step`` can jump. ``[]`` when nothing changes (a constant rate, no such schedule, the
+    same ``steps``, or a ``completion_budget`` that sets the fraction). ``generated``: completions
+    generated so far (the fraction under a budget)."""
+    from .train import lr_lambda
+
+    def at(cfg) -> dict:
+        frac = (min(generated / cfg.completion_budget, 1.0) if cfg.completion_budget
+                else step / cfg.steps if cfg.steps else 0.0)
+        update = frac * cfg.steps * cfg.num_iterations if cfg.completion_budget else step * cfg.num_iterations
+        st, G = SteerState(), group_size(cfg, frac)
+        out = {"learning rate": cfg.learning_rate * lr_lambda(cfg)(update)}
+        if not cfg.adaptive_group_size:
+            out["group size G"], out["prompts per step P"] = G, samples_per_step(cfg) // G
+        if cfg.curriculum_by == "fraction":
+            out["tasks"], out["reward functions"] = tasks_at(cfg, frac, st), rewards_at(cfg, frac, st)
+        return out
+
+    def same(k, a, b) -> bool:  # the rate's cosine is float32 arithmetic
+        return math.isclose(a, b, rel_tol=1e-6) if k == "learning rate" else a == b
+
+    then, now = at(old), at(new)
+    show = {"learning rate": lambda v: f"{v:.3g}"}
+    return [f"{k} {show.get(k, repr)(then[k])} -> {show.get(k, repr)(now[k])}" for k in then
+            if not same(k, then[k], now[k])]
 
 
 # ---------------------------------------------------------------- what train.py calls

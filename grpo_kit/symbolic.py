@@ -35,8 +35,9 @@ reads LaTeX only between delimiters). A reference it cannot parse is a :class:`R
 naming the sample, as in ``math_answer``. Rows of the kit's arithmetic tasks (a true
 ``reverse_digits`` column) are refused: those completions write digits in reverse.
 ``math-verify`` times out slow comparisons with ``signal.alarm``, which only works in the main
-thread; elsewhere (``reward_timeout_s``, ``grpo-kit serve-judge``) it runs without its own time limit,
-as TRL's ``accuracy_reward`` does. Reads text only; nothing is executed.
+thread; elsewhere (a worker thread under ``reward_timeout_s``, which is set by default, and
+``grpo-kit serve-judge``) it runs without its own time limit, as TRL's ``accuracy_reward`` does;
+``reward_timeout_s`` then bounds the whole batch. Reads text only; nothing is executed.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ weights as 10 straight steps.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -28,10 +29,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import beyond_scalar, dynamic, lora, replay, schedules
+from . import beyond_scalar, dynamic, judges, lora, memory, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
-from .errors import CheckpointError, ConfigError, RunFolderError, TrainingError
+from .errors import CheckpointError, ConfigError, GRPOKitError, RunFolderError, StopRequested, TrainingError
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
@@ -39,7 +40,7 @@ from .metrics import completion_rows, correct_mask, distinct_frac, group_samples
 from .sampling import chat_items
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
-from .tiny import load_model
+from .tiny import load_model, resolve_model
 
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,12 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     if policy is None:
+        checked = check_memory(cfg, local_model_config(cfg.model), device)  # before the weights are loaded
         policy, tokenizer = load_model(cfg.model, device)
+    else:
+        checked = False
+    if not checked:  # the loaded model's own config; what it holds already is not asked for again
+        check_memory(cfg, policy.config, device, held=sum(p.numel() * p.element_size() for p in policy.parameters()))
     if cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     if cfg.lora is not None:  # train adapters; the reference is the same weights with the adapter off
@@ -137,6 +143,31 @@ def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train
               gold_funcs=get_reward_funcs(gold_reward_funcs or cfg.gold_reward_funcs))
     beyond_scalar.setup(run, cfg)  # the step judge, value head or pairwise judges of its estimator
     return run
+
+
+def local_model_config(name) -> dict | None:
+    """A local model folder's ``config.json`` as a dict (read before loading the weights); None otherwise."""
+    try:
+        path = resolve_model(name, warn=False)
+        return json.loads((path / "config.json").read_text()) if isinstance(path, Path) else None
+    except (OSError, ValueError, GRPOKitError):
+        return None
+
+
+def check_memory(cfg: GRPOConfig, model_config, device, held: int = 0) -> bool:
+    """Refuse (ConfigError) before a large allocation: a LoRA rank above the targeted layers' sizes
+    (``lora.check_rank``), or an estimated peak above the memory ``device`` has (``memory.check_fits``).
+    False when ``model_config`` is None (nothing to check yet)."""
+    if model_config is None:
+        return False
+    if cfg.lora is not None:
+        try:
+            sizes = {k: min(v) for k, v in memory.linear_shapes(memory.model_shape(model_config)).items()}
+        except (ValueError, TypeError):  # not a Llama/Qwen2-style config: add_lora checks the loaded layers
+            sizes = {}
+        lora.check_rank(cfg.lora, sizes)
+    memory.check_fits(cfg, model_config, device, held)
+    return True
 
 
 def run_items(cfg: GRPOConfig, policy, tokenizer, train_items=None, eval_items=None) -> tuple[list[dict], list[dict]]:
@@ -276,12 +307,20 @@ class StopOnSignals:
     as Ctrl-C. A signal the process ignores (``nohup`` ignores SIGHUP) stays ignored. Installed
     only in the main thread (``signal`` allows nothing else); the previous handlers are restored
     on exit.
+
+    A step stuck in a reward call does not end by itself: the request also tells the scoring
+    harness (``judges.request_stop``), which gives a reward call still running
+    ``judges.REWARD_STOP_GRACE_S`` (5 s) more and then gives the step up, so one SIGTERM ends such
+    a run within that grace period (plus the time to write history and checkpoint), keeping the
+    last finished step (reward calls under ``reward_timeout_s``, the default; an inline one,
+    ``reward_timeout_s=None``, needs the second signal).
     """
 
     def __init__(self):
         self.requested, self.signal_name, self.previous, self.active = False, None, {}, False
 
     def __enter__(self):
+        judges.clear_stop()
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 prev = signal.getsignal(sig)
@@ -297,6 +336,7 @@ class StopOnSignals:
             self._restore()
             raise KeyboardInterrupt
         self.requested, self.signal_name = True, STOP_SIGNALS.get(signum, f"signal {signum}")
+        judges.request_stop()  # a reward call still running gives up after the grace period
         again = "press Ctrl-C" if signum == signal.SIGINT else f"send {self.signal_name}"
         try:  # after SIGHUP the terminal may be gone: the stop must not fail on a message
             print(f"grpo-kit: {self.signal_name}: stopping after this step (with a checkpoint if there is an "
@@ -313,6 +353,7 @@ class StopOnSignals:
 
     def __exit__(self, *exc):
         self._restore()
+        judges.clear_stop()
 
 
 StopOnSigint = StopOnSignals  # the earlier name, for code written against it
@@ -345,7 +386,8 @@ def _too_many_skips(run: Run, out_dir) -> TrainingError:
 
 
 def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = None,
-          resume: bool = False, should_stop: Callable[[], bool] | None = None) -> Iterator[dict]:
+          resume: bool = False, should_stop: Callable[[], bool] | None = None,
+          allow_schedule_change: bool = False) -> Iterator[dict]:
     """Run ``cfg.steps`` GRPO steps, yielding each step's metrics (with ``accuracy`` on eval steps).
 
     With ``out_dir``: the folder is locked against a second process (:class:`RunLock`);
@@ -356,35 +398,39 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
     ``should_stop()`` returning True, or Ctrl-C / SIGTERM / SIGHUP (in the main thread), ends
     the run after the current step, with a checkpoint; ``metrics["stopped"]`` is 1 and
     ``run.stopped_by`` names the signal. ``cfg.max_consecutive_skips`` skipped updates in a row
-    raise :class:`TrainingError`.
+    raise :class:`TrainingError`. ``allow_schedule_change``: a resume with another ``steps`` may
+    move the schedules at the resumed step (see :func:`load_checkpoint`).
     """
     run = run or setup(cfg)
     lock = RunLock(out_dir).acquire() if out_dir is not None else None
     try:
         with StopOnSignals() as signals:
-            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals)
+            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals,
+                             allow_schedule_change)
     finally:
         if lock is not None:
             lock.release()
 
 
-def resume_run(run: Run, out_dir: str | Path) -> Path:
-    """Restore ``run`` from the latest checkpoint in ``out_dir``; raise when there is none."""
+def resume_run(run: Run, out_dir: str | Path, allow_schedule_change: bool = False) -> Path:
+    """Restore ``run`` from the latest checkpoint in ``out_dir``; raise when there is none (and, see
+    :func:`load_checkpoint`, when another ``steps`` would move a schedule, unless ``allow_schedule_change``)."""
     remove_partial_checkpoints(out_dir)
     ck = latest_checkpoint(out_dir)
     if ck is None:
         raise RunFolderError(f"nothing to resume: {out_dir} has no checkpoint (no checkpoints/latest); "
                              f"check the path, or start a new run there")
-    load_checkpoint(run, ck)
+    load_checkpoint(run, ck, allow_schedule_change)
     return ck
 
 
-def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals):
+def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals,
+          allow_schedule_change: bool = False):
     saved = None  # step of the newest checkpoint on disk
     if out_dir is not None:
         remove_partial_checkpoints(out_dir)
         if resume:
-            saved = int(resume_run(run, out_dir).name.split("-")[1])
+            saved = int(resume_run(run, out_dir, allow_schedule_change).name.split("-")[1])
         elif run.step == 0 and has_run(out_dir):
             raise RunFolderError(f"{out_dir} holds another run's checkpoints; pass resume=True to continue it, "
                                  f"or another out_dir")
@@ -402,7 +448,13 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
         if signals.requested:  # arrived during the last checkpoint write or in the caller's loop body
             _end_early(run, out_dir, saved, signals.signal_name)
             break
-        metrics = grpo_step(run)
+        before = _rng_states(run)
+        try:
+            metrics = grpo_step(run)
+        except StopRequested as e:  # a reward call outlived the grace period after a stop request
+            log.warning("%s: %s", signals.signal_name or "stop", e)
+            _give_up_step(run, out_dir, saved, signals.signal_name, before)
+            break
         groups = metrics.pop("groups", None)  # completions.jsonl and the caller; not kept in the history
         due_eval = bool(cfg.eval_every) and run.step % cfg.eval_every == 0
         evaluated = False
@@ -446,6 +498,38 @@ def _end_early(run: Run, out_dir: Path | None, saved: int | None, why: str | Non
     if out_dir is not None:
         write_history(run.history, out_dir / "history.jsonl")
         if saved != run.step:
+            save_checkpoint(run, out_dir)
+
+
+def _rng_states(run: Run) -> dict:
+    """The random generators' states before a step (a few KB), to undo a step given up midway."""
+    out = {"step": run.step, "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
+           "torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        out["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def _give_up_step(run: Run, out_dir: Path | None, saved: int | None, why: str | None, before: dict) -> None:
+    """End the run after a step given up in a reward call: the finished steps' history, and a checkpoint
+    of the last finished step. Before the update (the usual case: rewards come before it) the random
+    generators are put back, so that checkpoint resumes exactly as if the step had never begun; with a
+    replay buffer (taken from before the rewards) or after the update (a gold judge) no new checkpoint is
+    written and the last one on disk stays. No evaluation: the run ends as fast as it can."""
+    run.stopped_by = why or "signal"
+    exact = run.step == before["step"] and schedules.state(run).replay is None
+    if exact:
+        run.data_gen.set_state(before["data_gen"])
+        run.sample_gen.set_state(before["sample_gen"])
+        torch.set_rng_state(before["torch_rng"])
+        if "cuda_rng" in before:
+            torch.cuda.set_rng_state_all(before["cuda_rng"])
+    run.step = before["step"]  # the steps whose metrics are in the history
+    if run.history:
+        run.history[-1]["stopped"] = 1.0
+    if out_dir is not None:
+        write_history(run.history, out_dir / "history.jsonl")
+        if exact and run.history and saved != run.step:
             save_checkpoint(run, out_dir)
 
 
@@ -543,7 +627,7 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         writing = tmp / STATE_FILE
-        torch.save(state, tmp / STATE_FILE)
+        torch.save(storable(state), tmp / STATE_FILE)  # plain values only: read back with weights_only=True
     except Exception as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if _is_disk_full(e):
@@ -600,13 +684,99 @@ def fingerprints(cfg: GRPOConfig) -> dict:
             "dataset": content_hash(os.path.expanduser(cfg.dataset)) if cfg.dataset else None}
 
 
-def load_checkpoint(run: Run, path: str | Path) -> None:
-    """Restore ``run`` in place from a checkpoint folder written by :func:`save_checkpoint`."""
+def storable(v):
+    """``v`` in the forms ``torch.load(weights_only=True)`` reads back without running code: tensors, dicts,
+    lists, tuples, str, int, float, bool and None. A numpy value becomes its Python number or list, a
+    dataclass its dict, a set a list, a function (a ``reward_funcs`` callable in the config) its
+    ``"module:name"``, a dict key of another type its str, anything else its str."""
+    import dataclasses
+
+    if v is None or type(v) in (str, int, float, bool) or isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, dict):
+        return {k if k is None or type(k) in (str, int, float, bool) else str(k): storable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(storable(x) for x in v) if type(v) in (list, tuple) else [storable(x) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return [storable(x) for x in sorted(v, key=repr)]
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return storable(dataclasses.asdict(v))
+    if callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', None) or '?'}:{v.__qualname__}"
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
+        return storable(v.tolist())
+    for kind in (bool, int, float, str):  # a subclass (an enum, a str subclass) as the plain value
+        if isinstance(v, kind):
+            return kind(v) if kind is not str else str.__str__(v)
+    return str(v)
+
+
+def _numpy_globals() -> list:
+    """numpy's scalar and array types, which :func:`storable` leaves out but checkpoints written before
+    it (grpo-kit before December 2026) may hold in a reward function's logged values: allowed when reading."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray.scalar, core.multiarray._reconstruct, np.ndarray, np.dtype,
+            *{type(np.dtype(c)) for c in np.typecodes["All"]}]
+
+
+def read_trainer_state(path: str | Path):
+    """``trainer_state.pt`` of the checkpoint folder ``path``, read with ``weights_only=True``: a file that
+    names any other function or class (a crafted pickle that would run code) is refused unread.
+
+    Raises :class:`CheckpointError` naming the file and the fix; a checkpoint you wrote yourself with an
+    older grpo-kit and a Python function in its config can be rewritten once with :func:`convert_checkpoint`.
+    """
+    import contextlib
+    import pickle
+
+    file = Path(path) / STATE_FILE
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    try:
+        with allow(_numpy_globals()) if allow else contextlib.nullcontext():
+            return torch.load(file, weights_only=True, map_location="cpu")  # RNG states are CPU tensors
+    except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
+        text = str(e)
+        # weights_only met a function or class it does not allow
+        found = isinstance(e, pickle.UnpicklingError) and re.search(r"GLOBAL (\S+)", text)
+        if found:
+            raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds {found.group(1)}, not only tensors and "
+                                  f"plain values, so it was not loaded (loading it could run code); use a run folder "
+                                  f"you trust, or, only if you wrote it yourself with an older grpo-kit, rewrite it "
+                                  f"once with python -c \"from grpo_kit.train import convert_checkpoint; "
+                                  f"convert_checkpoint('{path}')\"") from None
+        why = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        first = why.group(1) if why else text.strip().splitlines()[0] if text.strip() else ""
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {first.strip()[:200]}); "
+                              f"delete it or resume from an earlier one") from None
+
+
+def convert_checkpoint(path: str | Path) -> None:
+    """Rewrite the ``trainer_state.pt`` of checkpoint folder ``path`` in the plain form
+    :func:`read_trainer_state` accepts (see :func:`storable`). This unpickles the file the old way,
+    which runs whatever code it names: only for a checkpoint you wrote yourself."""
+    file = Path(path) / STATE_FILE
+    state = torch.load(file, weights_only=False, map_location="cpu")
+    tmp = file.with_name(file.name + ".tmp")
+    torch.save(storable(state), tmp)
+    os.replace(tmp, file)
+
+
+def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = False) -> None:
+    """Restore ``run`` in place from a checkpoint folder written by :func:`save_checkpoint` (its trainer
+    state read with :func:`read_trainer_state`, which runs no code).
+
+    A ``run.cfg`` with another ``steps`` than the checkpoint's stretches every fraction-based schedule
+    over the new total (:func:`schedules.resume_changes`): when that changes a value at the resumed
+    step (a cosine rate that jumps, G going back to an earlier entry) it raises :class:`CheckpointError`
+    listing the changes, unless ``allow_schedule_change``; allowed changes are logged as a warning.
+    """
     from safetensors.torch import load_file
 
     path = Path(path)
+    state = read_trainer_state(path)
     try:
-        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")  # RNG states are CPU tensors
         weights = load_file(path / lora.weights_file(run.policy)) if (path / lora.weights_file(run.policy)).exists() \
             else None  # a LoRA checkpoint and a full one hold different files: the config check below says which
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
@@ -618,7 +788,7 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is not a grpo-kit trainer state (missing {lacking}); "
                               f"resume from a folder written by grpo-kit or start a new output folder")
     # a field added to GRPOConfig after the checkpoint was written counts as its default
-    saved, now, default = state["config"], run.cfg.to_dict(), GRPOConfig().to_dict()
+    saved, now, default = state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict()
     # the model and the dataset are compared by content when both hashes are known: a moved file
     # resumes, a file changed in place does not
     then_fp, now_fp = state.get("fingerprints") or {}, fingerprints(run.cfg)
@@ -663,8 +833,28 @@ def load_checkpoint(run: Run, path: str | Path) -> None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} does not fit this model/optimizer ({first}); "
                               f"resume with the model it was trained from or start a new output folder") from e
+    _check_schedules(run, state, path, allow_schedule_change)  # last, so a checkpoint that does not fit says so first
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
     run.findings = _logged_findings(run.history)
+
+
+def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:
+    """Refuse (or, allowed, announce) a resume whose new ``steps`` moves a schedule at the resumed step."""
+    then_steps = state["config"].get("steps", run.cfg.steps)
+    if then_steps == run.cfg.steps or run.cfg.steps < state["step"]:  # fewer steps than done: nothing to run
+        return
+    generated = (state.get("steer") or {}).get("generated", 0)
+    changes = schedules.resume_changes(dataclasses.replace(run.cfg, steps=then_steps), run.cfg, state["step"], generated)
+    if not changes:
+        return
+    what = (f"resuming at step {state['step']} with steps {then_steps} -> {run.cfg.steps} stretches the "
+            f"schedules over the new total: {', '.join(changes)}")
+    if not allow:
+        keep = (f"the run finished its {then_steps} steps: extend it" if state["step"] >= then_steps
+                else f"resume with the same steps ({then_steps}) to keep them, or accept the change")
+        raise CheckpointError(f"checkpoint {path}: {what}; {keep} with --allow-schedule-change "
+                              f"(allow_schedule_change=True in Python)")
+    log.warning("%s (allowed)", what)
 
 
 def _logged_findings(history: list[dict]) -> list:

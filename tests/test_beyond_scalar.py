@@ -349,7 +349,7 @@ def test_a_checkpoint_without_the_value_head_is_refused(tmp_path):
                      advantage_estimator="hybrid_gae")
     list(train(cfg, setup(cfg), out_dir=tmp_path))
     state_file = latest_checkpoint(tmp_path) / "trainer_state.pt"
-    state = torch.load(state_file, weights_only=False)
+    state = torch.load(state_file, weights_only=True)
     assert set(state["critic"]) == {"head", "optimizer"}
     del state["critic"]
     torch.save(state, state_file)

@@ -184,7 +184,7 @@ def test_resume_from_another_device_type_warns_and_continues(tmp_path, caplog):
     first = setup(cfg)
     list(train(cfg, first, out_dir=tmp_path, should_stop=lambda: first.step >= 1))
     state_file = latest_checkpoint(tmp_path) / STATE_FILE
-    state = torch.load(state_file, weights_only=False)
+    state = torch.load(state_file, weights_only=True)
     state["device"], state["sample_gen"] = "cuda", torch.zeros(16, dtype=torch.uint8)  # as a CUDA run writes it
     torch.save(state, state_file)
     resumed = setup(cfg)

@@ -49,7 +49,8 @@ def test_train_resume_and_export(tmp_path, capsys):
     cfg.write_text("steps: 2\nnum_prompts: 2\nnum_generations: 2\neval_size: 10\n")
     out = tmp_path / "run"
     assert main(["train", "--config", str(cfg), "--out", str(out)]) == 0
-    assert main(["train", "--config", str(cfg), "--out", str(out), "--steps", "3", "--resume"]) == 0
+    assert main(["train", "--config", str(cfg), "--out", str(out), "--steps", "3", "--resume",
+                 "--allow-schedule-change"]) == 0  # cosine rate: 0 at step 2 of 2, a quarter of the peak at 2 of 3
     assert len((out / "history.jsonl").read_text().splitlines()) == 3
     assert main(["export", "--run", str(out), "--to", str(tmp_path / "exp")]) == 0
     assert (tmp_path / "exp" / "model.safetensors").is_file()

@@ -120,7 +120,7 @@ def test_a_stale_lock_is_taken_over_with_a_warning_and_released_at_the_end(cli_r
     p.wait()  # a pid that is gone
     (cli_run / "run" / LOCK_FILE).write_text(f"{p.pid} {__import__('socket').gethostname()}\n")
     code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
-                        "--steps", "3")
+                        "--steps", "3", "--allow-schedule-change")
     assert code == 0, err
     assert f"taking over the lock of process {p.pid}" in err
     assert not (cli_run / "run" / LOCK_FILE).exists()
@@ -175,7 +175,7 @@ def test_extending_a_finished_cosine_run_follows_the_longer_schedule(tmp_path, s
     list(train(cfg, setup(cfg), out_dir=tmp_path))  # its cosine ends at 0
     longer = cfg.replace(steps=4)
     run = setup(longer)
-    history = list(train(longer, run, out_dir=tmp_path, resume=True))
+    history = list(train(longer, run, out_dir=tmp_path, resume=True, allow_schedule_change=True))  # 0 -> 1.5e-4
     # step 3 of a 4-step cosine: lr = 3e-4 * (1 + cos(pi * 2/4)) / 2 = 1.5e-4; then 3e-4 * (1 + cos(3pi/4)) / 2
     assert [m["learning_rate"] for m in history] == pytest.approx([1.5e-4, 3e-4 * (1 + math.cos(3 * math.pi / 4)) / 2])
 
@@ -193,7 +193,7 @@ def test_resume_compares_the_dataset_by_content_not_by_path(tmp_path, small_cfg)
     moved = data.rename(tmp_path / "b.jsonl")  # the same file under another name: resumes
     cfg2 = cfg.replace(steps=2, dataset=str(moved))
     run = setup(cfg2)
-    list(train(cfg2, run, out_dir=tmp_path / "run", resume=True))
+    list(train(cfg2, run, out_dir=tmp_path / "run", resume=True, allow_schedule_change=True))
     assert run.step == 2
     moved.write_text(moved.read_text().replace('"20"', '"21"'))  # the same path, other content: refused
     cfg3 = cfg2.replace(steps=3)
@@ -210,7 +210,7 @@ def test_resume_compares_the_model_by_content_not_by_path(tmp_path, small_cfg):
     (tmp_path / "m1").rename(tmp_path / "m2")
     moved = cfg.replace(steps=2, model=str(tmp_path / "m2"))
     run = setup(moved)
-    list(train(moved, run, out_dir=tmp_path / "run", resume=True))
+    list(train(moved, run, out_dir=tmp_path / "run", resume=True, allow_schedule_change=True))
     assert run.step == 2
 
 
@@ -278,9 +278,9 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous_one(cl
         return real(obj, path, *a, **k)
     monkeypatch.setattr(torch, "save", full)
     code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
-                        "--steps", "4")
-    errors = [line for line in err.splitlines() if "grpo-kit:" in line]
-    assert code == 2 and len(errors) == 1 and errors[0].startswith("grpo-kit: error: disk full"), err
+                        "--steps", "4", "--allow-schedule-change")
+    errors = [line for line in err.splitlines() if "grpo-kit:" in line and "(allowed)" not in line]  # not the
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("grpo-kit: error: disk full"), err  # schedule note
     assert "disk full: could not write" in err and "step-000003.tmp/trainer_state.pt" in err
     assert "previous checkpoint step-000002 is intact" in err
     ck = cli_run / "run" / "checkpoints"

@@ -60,7 +60,7 @@ def test_ctrl_c_ends_after_the_step_with_a_checkpoint(tmp_path):
     assert "stopping after this step" in err and "Traceback" not in err
     ck = latest_checkpoint(tmp_path)  # checkpoint_every=0: this one exists only because of the stop
     assert ck.name == "step-000002"
-    state = torch.load(ck / "trainer_state.pt", weights_only=False)
+    state = torch.load(ck / "trainer_state.pt", weights_only=True)
     assert len(state["history"]) == 2 and state["history"][-1]["stopped"] == 1.0
 
 

@@ -1,6 +1,7 @@
 """The learned judge trains on preference pairs and agrees with held-out preferences above chance."""
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,9 @@ def test_saved_judge_loads_once_and_refuses_other_folders(tmp_path, tiny):
     tiny[1].save_pretrained(tmp_path / "policy")
     with pytest.raises(CheckpointError, match="not a learned judge folder .*grpo-kit train-judge"):
         load_learned_judge(tmp_path / "policy")
+    cfg = GRPOConfig(reward_funcs=[f"learned:{tmp_path / 'nope'}"]).validate()  # validating loads nothing (D3)
     with pytest.raises(ConfigError, match="reward function 'learned:.*nope': learned judge .* no such folder"):
-        GRPOConfig(reward_funcs=[f"learned:{tmp_path / 'nope'}"]).validate()
+        resolve_reward_func(cfg.reward_funcs[0])  # as train's setup does
     with pytest.raises(ConfigError, match="write it as 'learned:PATH'"):
         resolve_reward_func("learned:")
 
@@ -135,3 +137,57 @@ def test_train_judge_cli_prints_held_out_agreement(tmp_path, capsys):
     assert m["pairwise/position_bias"] == 0.0  # a scalar judge scores each completion once: no order to favour
     assert main(["train-judge", "--data", str(data), "--out", str(out), "--steps", "1"]) == 2  # not empty
     assert "is not empty" in capsys.readouterr().err
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("grpo-kit: error: "), err  # one line, no traceback
+    return err[0]
+
+
+def test_train_judge_cli_refuses_bad_numbers_and_a_base_that_is_not_a_model(tmp_path, capsys):
+    from grpo_kit.cli import main
+
+    data = tmp_path / "prefs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _records(6)))
+    run = ["train-judge", "--data", str(data), "--out", str(tmp_path / "judge"), "--steps", "1"]
+    for extra, words in ((["--batch-size", "0"], "--batch-size 0: choose at least 1"),
+                         (["--lr", "nan"], "--lr nan: choose a finite number > 0"),
+                         (["--heldout", "1.5"], r"--heldout 1.5: choose a fraction in \[0, 1\)")):
+        assert main(run + extra) == 2
+        assert re.search(words, _one_error_line(capsys))
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "todo.txt").write_text("read the paper\n")
+    assert main(run + ["--base", str(not_a_model)]) == 2
+    assert "judge base" in (line := _one_error_line(capsys)) and "no config.json" in line
+    (not_a_model / "config.json").write_text("{not json")
+    assert main(run + ["--base", str(not_a_model)]) == 2
+    assert "cannot be loaded" in _one_error_line(capsys)
+    assert not (tmp_path / "judge").exists()  # nothing written
+    with pytest.raises(ConfigError, match="batch_size=0"):  # the same rule for the Python API
+        train_learned_judge(_records(2), steps=1, batch_size=0)
+
+
+def test_a_judge_folder_whose_metadata_is_not_an_object_is_named(tmp_path):
+    model, tok = new_learned_judge("tiny", seed=3)
+    folder = save_learned_judge(model, tok, tmp_path / "judge", {"steps": 0})
+    (folder / METADATA).write_text("[1, 2]\n")
+    with pytest.raises(CheckpointError, match=f"{METADATA} holds a JSON array, not an object"):
+        load_learned_judge(folder)
+    (folder / METADATA).write_text("{\"kind\": ")
+    with pytest.raises(CheckpointError, match=f"{METADATA} is not readable JSON"):
+        load_learned_judge(folder)
+
+
+def test_all_ties_error_names_the_command_line_flag_that_trains_on_ties(tmp_path, capsys):
+    from grpo_kit.cli import main
+
+    data = tmp_path / "ties.jsonl"
+    data.write_text("".join(json.dumps({**r, "preference_matrix": [[0, 0], [0, 0]]}) + "\n" for r in _records(6)))
+    run = ["train-judge", "--data", str(data), "--out", str(tmp_path / "judge"), "--steps", "1", "--batch-size", "2"]
+    assert main(run) == 2
+    assert "--include-ties" in _one_error_line(capsys)
+    assert main(run + ["--include-ties"]) == 0
+    assert "only tied pairs: agreement not measured" in capsys.readouterr().out  # no non-tied pair to agree on
+    assert json.loads((tmp_path / "judge" / METADATA).read_text())["include_ties"] is True

@@ -210,3 +210,33 @@ def test_lora_on_the_bf16_autocast_path():
     assert _base_weights_equal(run.policy, base)
     mask = ro.completion_mask.bool()
     torch.testing.assert_close(ref0[mask], bf16_logprobs(base)[mask], rtol=0, atol=BF16_TWO_LOADS)  # a second load
+
+
+def _smallest_targeted_size(targets):
+    base, _ = load_model("tiny")
+    return min(min(m.in_features, m.out_features) for name, m in base.named_modules()
+               if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets)
+
+
+def test_a_rank_above_the_targeted_layers_sizes_is_refused_before_peft_allocates(monkeypatch):
+    """lora: {r: 1000000} once let peft allocate r x (in + out) per layer until the OOM killer ended the process:
+    r is bounded by min(in, out) of the targeted layers, checked before peft is asked for anything."""
+    import peft
+
+    from grpo_kit.lora import add_lora
+
+    targets = ["q_proj", "down_proj"]
+    limit = _smallest_targeted_size(targets)
+
+    def must_not_allocate(*a, **k):
+        raise AssertionError("peft.get_peft_model was called with a rank above the layers' sizes")
+
+    monkeypatch.setattr(peft, "get_peft_model", must_not_allocate)
+    for r in (limit + 1, 1_000_000):
+        with pytest.raises(ConfigError, match=rf"lora r={r} exceeds {limit}\b.*choose r <= {limit}"):
+            setup(GRPOConfig(**FAST, lora={"r": r, "target_modules": targets}))
+        with pytest.raises(ConfigError, match=rf"r={r} exceeds {limit}\b"):
+            add_lora(load_model("tiny")[0], {"r": r, "target_modules": targets})
+    monkeypatch.undo()
+    model = add_lora(load_model("tiny")[0], {"r": limit, "target_modules": targets})  # the bound itself is allowed
+    assert model.peft_config["default"].r == limit

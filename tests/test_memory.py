@@ -110,3 +110,48 @@ def test_lora_estimate_within_25_percent_of_measured_peak_rss_tiny_model():
                               env=memory_check.RETURN_FREED)
     assert r["parts"]["gradients"] == 4 * 81_920  # r 8 on the 7 projections of 4 layers (test_lora.py counts them)
     assert abs(r["error"]) < 0.25, r
+
+
+def test_a_run_the_machine_cannot_hold_is_refused_with_the_estimate_before_loading(monkeypatch):
+    """Compare the estimate with the memory available before the weights, adapters, optimizer state or the
+    step are allocated. The test makes the machine small (available memory patched), it allocates nothing big."""
+    import importlib
+
+    from grpo_kit import memory
+    from grpo_kit.config import GRPOConfig
+    from grpo_kit.errors import ConfigError
+    from grpo_kit.tiny import load_model
+
+    train = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function's name)
+    cfg = GRPOConfig(num_prompts=2, num_generations=4, eval_size=8, eval_every=0, device="cpu", threads=1, steps=1)
+    policy, tokenizer = load_model("tiny")
+    peak = memory.estimate_for_config(cfg, policy.config, prompt_len=1, device="cpu")["peak"]
+    monkeypatch.setattr(memory, "available_bytes", lambda device: peak // 2)
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the memory check")
+
+    monkeypatch.setattr(train, "load_model", no_load)
+    with pytest.raises(ConfigError, match=rf"needs at least {peak / 2**20:.1f} MiB of memory on cpu .*estimated peak "
+                                          rf"{peak / 2**20:.1f} MiB.* {peak // 2 / 2**20:.1f} MiB is available"):
+        train.setup(cfg)
+    # a model passed in is already held: only what the run adds beyond it is compared
+    held = sum(p.numel() * p.element_size() for p in policy.parameters())
+    with pytest.raises(ConfigError, match=rf"needs at least {(peak - held) / 2**20:.1f} MiB .* beyond the"):
+        train.setup(cfg, policy=policy, tokenizer=tokenizer)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: peak - held + 1)
+    assert train.setup(cfg, policy=policy, tokenizer=tokenizer).policy is policy  # it fits: no refusal
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 0)
+    monkeypatch.setenv(memory.NO_CHECK_ENV, "1")
+    assert train.setup(cfg, policy=policy, tokenizer=tokenizer).policy is policy  # the documented way around it
+
+
+def test_available_memory_without_psutil_reads_proc_meminfo(monkeypatch):
+    from grpo_kit.memory import available_bytes
+
+    if not Path("/proc/meminfo").exists():
+        pytest.skip("Linux only")
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
+    kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+              if line.startswith("MemAvailable:"))
+    assert abs(available_bytes("cpu") - kb * 1024) < 2**30  # the system's figure moves a little between reads

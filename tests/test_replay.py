@@ -99,7 +99,7 @@ def test_replay_run_mixes_groups_and_resumes_exactly(tiny, small_cfg, tmp_path):
     resumed = setup(cfg, policy=copy.deepcopy(policy), tokenizer=tok)
     load_checkpoint(resumed, tmp_path / "checkpoints" / "step-000003")
     assert len(resumed.steer.replay) == len(torch.load(tmp_path / "checkpoints" / "step-000003" / "trainer_state.pt",
-                                                       weights_only=False)["steer"]["replay"]["groups"])
+                                                       weights_only=True)["steer"]["replay"]["groups"])
     rest = list(train(cfg, resumed))
     assert [m["loss"] for m in rest] == [m["loss"] for m in hist[3:]]
     assert all(torch.equal(a, b) for a, b in zip(straight.policy.parameters(), resumed.policy.parameters()))

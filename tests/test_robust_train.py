@@ -130,7 +130,7 @@ def two_steps(_trained_once, tmp_path):
 
 def test_checkpoint_holds_history_and_evals(two_steps):
     cfg, run, out = two_steps
-    state = torch.load(latest_checkpoint(out) / "trainer_state.pt", weights_only=False)
+    state = torch.load(latest_checkpoint(out) / "trainer_state.pt", weights_only=True)
     assert state["history"] == run.history and len(state["history"]) == 2
     assert [tuple(e) for e in state["evals"]] == run.evals and [s for s, _ in run.evals] == [0, 1, 2]
     fresh = setup(cfg)
@@ -160,11 +160,11 @@ def test_damaged_checkpoints_are_clear_errors(two_steps, damage, message):
 def test_a_checkpoint_from_before_a_new_config_field_still_resumes(two_steps):
     cfg, _, out = two_steps
     ck = latest_checkpoint(out)
-    state = torch.load(ck / "trainer_state.pt", weights_only=False)
+    state = torch.load(ck / "trainer_state.pt", weights_only=True)
     del state["config"]["reward_error_policy"]  # written by an older grpo-kit
     torch.save(state, ck / "trainer_state.pt")
     run = setup(cfg.replace(steps=3))
-    list(train(cfg.replace(steps=3), run, out_dir=out, resume=True))
+    list(train(cfg.replace(steps=3), run, out_dir=out, resume=True, allow_schedule_change=True))  # cosine: 0 -> 7.5e-5
     assert run.step == 3
 
 
@@ -175,7 +175,7 @@ def test_half_written_checkpoints_are_ignored_and_removed(two_steps):
     (root / "step-000009.tmp" / "model.safetensors").write_bytes(b"partial")
     (root / "latest.tmp").write_text("step-000009")
     resumed = setup(cfg.replace(steps=3))
-    list(train(cfg.replace(steps=3), resumed, out_dir=out, resume=True))
+    list(train(cfg.replace(steps=3), resumed, out_dir=out, resume=True, allow_schedule_change=True))
     assert resumed.history[:2] == run.history and resumed.step == 3
     assert not list(root.glob("*.tmp")) and latest_checkpoint(out).name == "step-000003"
 

@@ -177,3 +177,22 @@ def test_trl_engine_trains_lora_adapters_with_the_kits_settings(tmp_path, capsys
     adapter = json.loads((out / "model" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert not (out / "model" / "model.safetensors").exists()  # the adapter only, not a second copy of the weights
+
+
+def test_trl_arguments_that_need_a_missing_package_name_it_before_trl_starts(tmp_path, capsys, monkeypatch):
+    """use_vllm without vLLM, report_to=wandb without wandb: one line naming the package, not TRL's traceback.
+    The packages are made to look missing (installed or not here), and no training starts."""
+    monkeypatch.setattr(trl_engine, "find_spec", lambda name: None)
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(reward_timeout_s=None).to_yaml(cfg)
+    for arg, package in (("use_vllm=true", "vllm"), ("report_to=wandb", "wandb"),
+                         ("report_to=[none, tensorboard]", "tensorboard")):
+        assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(tmp_path / "run"),
+                     "--trl-arg", arg]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"needs the {package} package, which is not installed; pip install {package}" in err[0]
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="needs the vllm package"):  # the Python API checks the same
+        trl_engine.train_with_trl(GRPOConfig(reward_timeout_s=None), overrides={"use_vllm": True})
+    assert parse_trl_overrides(["report_to=none", "use_vllm=false"], GRPOConfig()) == {"report_to": "none",
+                                                                                      "use_vllm": False}

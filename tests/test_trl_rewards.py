@@ -132,13 +132,18 @@ def test_conversational_dataset_with_trls_think_format_reward(tmp_path):
         sum(len(c[0]["content"]) for c in completions) / len(completions))
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("nope", "unknown reward function 'nope'"),
-    ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
-    ("trl.rewards:no_such_function", "has no attribute 'no_such_function'"),
-    ({"function": "trl.rewards:get_soft_overlong_punishment", "args": {"wrong": 1}}, "rejected args"),
-    ({"func": "trl.rewards:think_format_reward"}, "unknown keys"),
+@pytest.mark.parametrize("spec,message,when", [
+    ("nope", "unknown reward function 'nope'", "validate"),
+    ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'", "setup"),
+    ("trl.rewards:no_such_function", "has no attribute 'no_such_function'", "setup"),
+    ({"function": "trl.rewards:get_soft_overlong_punishment", "args": {"wrong": 1}}, "rejected args", "setup"),
+    ({"func": "trl.rewards:think_format_reward"}, "unknown keys", "validate"),
 ])
-def test_bad_reward_entries_are_config_errors(spec, message):
+def test_bad_reward_entries_are_config_errors(spec, message, when):
+    """A malformed entry is refused when the config is validated; one that needs importing (which runs the
+    module's code) is refused when training starts (setup), before anything is written (issue 23, D3)."""
+    cfg = GRPOConfig(reward_funcs=[spec], steps=1, num_prompts=1, num_generations=2, eval_every=0)
+    if when == "setup":
+        cfg.validate()
     with pytest.raises(ConfigError, match=message):
-        GRPOConfig(reward_funcs=[spec]).validate()
+        setup(cfg) if when == "setup" else cfg.validate()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -48,6 +49,15 @@ DROPPED = ("epoch", "num_tokens", "step")
 """Trainer bookkeeping with no kit meaning (``step`` is set from the kit's count)."""
 ENGINE_ARGS = ("output_dir", "logging_steps", "logging_strategy")
 """trl.GRPOConfig fields this engine sets itself (logging every update is what the history is built from)."""
+NEEDS = {"use_vllm": ("vllm",), "use_liger_kernel": ("liger_kernel",), "deepspeed": ("deepspeed",)}
+"""trl.GRPOConfig fields that, when set, need a package (any of the importable names) TRL does not require."""
+REPORTERS = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX"), "mlflow": ("mlflow",),
+             "comet_ml": ("comet_ml",), "neptune": ("neptune",), "trackio": ("trackio",), "clearml": ("clearml",),
+             "dvclive": ("dvclive",), "swanlab": ("swanlab",), "codecarbon": ("codecarbon",), "dagshub": ("dagshub",),
+             "flyte": ("flytekit",), "azure_ml": ("azureml",)}
+"""``report_to`` names -> the package each needs (transformers' integrations)."""
+PIP = {"liger_kernel": "liger-kernel", "comet_ml": "comet-ml", "flytekit": "flytekit", "azureml": "azureml-core"}
+"""Importable names whose pip package is spelled otherwise."""
 
 
 def check_trl_engine(cfg: GRPOConfig) -> None:
@@ -58,7 +68,7 @@ def check_trl_engine(cfg: GRPOConfig) -> None:
     if cfg.reward_error_policy != "raise":
         raise ConfigError(f"GRPOConfig.reward_error_policy={cfg.reward_error_policy!r}: TRL's trainer has no such "
                           f"policy (a reward of None is left out of the sum, an exception stops the run); use 'raise'")
-    if cfg.reward_timeout_s is not None:
+    if cfg.reward_timeout_s not in (None, GRPOConfig.reward_timeout_s):  # the default is no choice the user made
         raise ConfigError("GRPOConfig.reward_timeout_s: TRL's trainer calls reward functions without a time limit; "
                           "set it to null for --engine trl")
 
@@ -89,6 +99,20 @@ def parse_trl_overrides(pairs: list[str], cfg: GRPOConfig) -> dict:
                               f"change the kit's field instead, so that both engines train the same objective")
         out[key] = yaml.safe_load(text) if text.strip() else None
     return out
+
+
+def check_trl_packages(overrides: dict) -> None:
+    """ConfigError naming the package an override needs when it is not installed (``use_vllm`` needs vLLM,
+    ``report_to: wandb`` needs wandb, ...), checked before TRL starts and fails with a traceback."""
+    wants = [(key, overrides[key], NEEDS[key]) for key in NEEDS if overrides.get(key)]
+    report = overrides.get("report_to")
+    for name in [report] if isinstance(report, str) else report if isinstance(report, (list, tuple)) else []:
+        if name in REPORTERS:
+            wants.append(("report_to", report, REPORTERS[name]))
+    for key, value, modules in wants:
+        if not any(find_spec(m) is not None for m in modules):
+            raise ConfigError(f"--trl-arg {key}={value}: needs the {modules[0]} package, which is not installed; "
+                              f"pip install {PIP.get(modules[0], modules[0])}, or leave the argument out")
 
 
 def _number(v) -> float | None:
@@ -232,6 +256,7 @@ def train_with_trl(cfg: GRPOConfig, out_dir: str | Path | None = None, policy=No
 
     cfg.validate()
     check_trl_engine(cfg)
+    check_trl_packages(overrides or {})
     with tempfile.TemporaryDirectory(prefix="grpo-kit-trl-") as scratch:  # TRL's output_dir: it saves nothing there
         return _train(cfg, trl_config(cfg, scratch, overrides), out_dir, policy, tokenizer, quiet)
 
@@ -252,6 +277,8 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
     torch.manual_seed(cfg.seed)
     if policy is None:
         policy, tokenizer = load_model(cfg.model)
+    if cfg.lora is not None:  # before TRL's peft allocates r x (in + out) per targeted layer
+        lora.check_rank(cfg.lora, lora.linear_sizes(policy))
     ensure_pad_token(tokenizer)
     train_items, eval_items = run_items(cfg, policy, tokenizer)
     history = KitHistory(cfg, tokenizer, eval_items, out_dir, quiet)

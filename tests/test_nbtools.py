@@ -1,0 +1,36 @@
+"""grpo_kit.nbtools: values recorded in a notebook come back from papermill as they were recorded."""
+import json
+import math
+
+import nbformat
+import pytest
+
+from grpo_kit.nbtools import MIME, read_records, run_notebook
+
+
+@pytest.mark.notebook
+def test_non_finite_floats_round_trip_through_a_notebook_as_floats(tmp_path):
+    """Jupyter cleans display data into the strings 'nan'/'inf'; the records must still read back as floats."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from grpo_kit.nbtools import record\n"
+        "record('nan', float('nan'))\n"
+        "record('inf', float('inf'))\n"
+        "record('nested', {'curve': [1.5, float('-inf')], 'word': 'nan'})\n")]
+    src = tmp_path / "records.ipynb"
+    nbformat.write(nb, src)
+    v = run_notebook(src, tmp_path / "records.out.ipynb", timeout=120)
+    assert isinstance(v["nan"], float) and math.isnan(v["nan"])
+    assert v["inf"] == math.inf
+    assert v["nested"] == {"curve": [1.5, -math.inf], "word": "nan"}  # a real string stays a string
+
+
+def test_notebooks_executed_before_json_records_still_read(tmp_path):
+    """An executed notebook that stored records under "value" (before they travelled as JSON text) reads as stored."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME: {"name": "acc", "value": 0.5}})]
+    nb.cells = [cell]
+    path = tmp_path / "old.ipynb"
+    path.write_text(json.dumps(nb))
+    assert read_records(path) == {"acc": 0.5}
