@@ -324,7 +324,8 @@ class GRPOConfig:
     log_completions: bool = False
     """Keep every group on record (TRL's name): each logged step writes one row per completion to
     ``completions.jsonl`` in the run folder (step, group, prompt, completion, reward, advantage, each
-    reward function's and gold function's value; ``pandas.read_json(path, lines=True)`` opens it), and
+    reward function's and gold function's value; ``pandas.read_json(path, lines=True, dtype={"prompt": str,
+    "completion": str})`` opens it, keeping "111" a string), and
     the dashboard's group table pages through the step's groups. Off: only the first group of each
     step is kept, in ``history.jsonl``'s ``samples``."""
     log_completions_every: int = 1

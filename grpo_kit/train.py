@@ -551,7 +551,7 @@ STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
                      "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "dedupe_completions", "pack_max_tokens",
-                     "diagnose_every"}
+                     "diagnose_every", "log_completions", "log_completions_every", "log_completions_max_groups"}
 _STEP_DIR = re.compile(r"step-\d+")
 _STEP_NUM = re.compile(r"step-(\d+)")
 
