@@ -321,6 +321,17 @@ class GRPOConfig:
     """Write a checkpoint every N steps when an output folder is given (0 = only at the end)."""
     keep_checkpoints: int = 2
     """How many recent checkpoints to keep."""
+    log_completions: bool = False
+    """Keep every group on record (TRL's name): each logged step writes one row per completion to
+    ``completions.jsonl`` in the run folder (step, group, prompt, completion, reward, advantage, each
+    reward function's and gold function's value; ``pandas.read_json(path, lines=True, dtype={"prompt": str,
+    "completion": str})`` opens it, keeping "111" a string), and
+    the dashboard's group table pages through the step's groups. Off: only the first group of each
+    step is kept, in ``history.jsonl``'s ``samples``."""
+    log_completions_every: int = 1
+    """With ``log_completions``: log every N-th step (1 = every step)."""
+    log_completions_max_groups: int = 0
+    """With ``log_completions``: at most this many groups per logged step, the first ones (0 = all P)."""
 
     # --- reliability (what happens when input or numbers go bad)
     on_bad_row: str = "raise"
@@ -474,6 +485,9 @@ class GRPOConfig:
         integer("eval_size", 1)
         integer("checkpoint_every", 0)
         integer("keep_checkpoints", 1)
+        boolean("log_completions")
+        integer("log_completions_every", 1)
+        integer("log_completions_max_groups", 0)
         # reliability
         choice("on_bad_row", ("raise", "skip"))
         choice("reward_error_policy", ("raise", "skip", "zero"))

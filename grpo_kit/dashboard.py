@@ -8,7 +8,8 @@
 
 In JupyterLab it shows plotly ``FigureWidget`` panels (reward mean and spread, held-out accuracy,
 KL, entropy, completion length of right and wrong answers, ``frac_reward_zero_std``, clip ratio,
-grad norm), a table of the latest group's completions with reward and advantage colour-coded,
+grad norm), a table of the latest step's groups (the first, or each in turn with ``log_completions``) with
+reward and advantage colour-coded,
 a progress bar and a **Stop** button: ``should_stop()`` turns True, so ``train()`` ends after
 the current step (with a checkpoint when it has an output folder) and yields ``stopped=1``.
 
@@ -244,6 +245,18 @@ def _cell_colour(value, lo: float, hi: float, diverging: bool) -> str:
     return "#%02x%02x%02x" % tuple(int(c) for c in rgb)
 
 
+def groups_of(rows: list[dict]) -> list[dict]:
+    """``completions.jsonl`` rows of one step (:func:`metrics.completion_rows`) -> one ``samples`` dict per
+    group, in group order: {"prompt", "completions", "rewards", "advantages"} (what the table shows)."""
+    out: dict[int, dict] = {}
+    for r in rows:
+        g = out.setdefault(r["group"], {"prompt": r["prompt"], "completions": [], "rewards": [], "advantages": []})
+        g["completions"].append(r["completion"])
+        g["rewards"].append(r.get("reward"))
+        g["advantages"].append(r.get("advantage"))
+    return [out[k] for k in sorted(out)]
+
+
 def group_table_html(samples: dict | None, step=None, variant: str | None = None) -> str:
     """An HTML table of one group: completion, reward (green = high), advantage (blue +, red -)."""
     if not samples:
@@ -289,6 +302,7 @@ class Dashboard:
         self.styles = styles if styles is not None else RunStyles()
         self.marks: list[tuple[float, str, str | None]] = []
         self.samples, self.samples_step, self.samples_variant = None, None, None
+        self.groups: list[dict] = []  # every group of the latest step (cfg.log_completions), else its first
         self.current: str | None = None
         self.overhead_s = 0.0          # time spent inside update() and redraws
         self.redraws = 0
@@ -361,6 +375,7 @@ class Dashboard:
             s.stopped = True
         if m.get("samples"):
             self.samples, self.samples_step, self.samples_variant = m["samples"], step, name
+            self.groups = groups_of(m["groups"]) if m.get("groups") else [m["samples"]]
         for f in m.get("findings", []):  # the live diagnostics of train(): a marker where each finding starts
             self.marks.append((f["step"], f["kind"], name))
         self._dirty = True
@@ -399,8 +414,10 @@ class Dashboard:
             if get_ipython() is not None:
                 import matplotlib.pyplot as plt
                 display(fig)
+                more = (f"<br><i>{len(self.groups)} groups logged at this step; completions.jsonl in the run "
+                        f"folder holds every one</i>" if len(self.groups) > 1 else "")
                 display(HTML(self.progress_text() + "<br>" + group_table_html(
-                    self.samples, self.samples_step, self.samples_variant)))
+                    self.samples, self.samples_step, self.samples_variant) + more))
                 plt.close(fig)
         except ImportError:
             pass
@@ -446,7 +463,11 @@ class Dashboard:
                                     tooltip="end the run after the current step (with a checkpoint if it has an output folder)")
         self.stop_button.on_click(lambda _b: self.request_stop())
         self.table = w.HTML(group_table_html(None))
-        self.box = w.VBox([w.HBox([self.stop_button, self.progress, self.progress_label]), self.fig, self.table])
+        # pages through the latest step's groups (all of them with log_completions, else the first)
+        self.group_picker = w.BoundedIntText(value=0, min=0, max=0, description="group", layout=w.Layout(width="160px"))
+        self.group_picker.observe(lambda _change: self._show_group(), names="value")
+        self.box = w.VBox([w.HBox([self.stop_button, self.progress, self.progress_label]), self.fig,
+                           self.group_picker, self.table])
         self.box.add_class("grpo-kit-dashboard")
         _stop_on_arrival(self.stop_button, self._stop)
         from IPython import get_ipython
@@ -532,7 +553,15 @@ class Dashboard:
             ended = s.stopped or self._closed or (not s.budget and s.last_step >= (s.total or self.total_steps))
             self.progress.bar_style = "warning" if s.stopped else ("success" if ended else "")
         self.progress_label.value = self.progress_text()
-        self.table.value = group_table_html(self.samples, self.samples_step, self.samples_variant)
+        self.group_picker.max = max(len(self.groups) - 1, 0)
+        self._show_group()
+
+    def _show_group(self) -> None:
+        """The table shows the picked group of the latest step."""
+        k = min(self.group_picker.value, max(len(self.groups) - 1, 0))
+        shown = self.groups[k] if self.groups else self.samples
+        head = f"group {k} of {len(self.groups)}: " if len(self.groups) > 1 else ""
+        self.table.value = head + group_table_html(shown, self.samples_step, self.samples_variant)
 
     # ------------------------------------------------------------------ static figure
     def static_figure(self, keys=None):

@@ -102,6 +102,35 @@ def group_samples(prompts: list[str], completions: list[str], rewards: torch.Ten
             "rewards": [num(x) for x in rewards[0]], "advantages": [num(x) for x in a]}
 
 
+def completion_rows(step: int, prompts: list[str], completions: list[str], rewards: torch.Tensor, adv: torch.Tensor,
+                    per_func: torch.Tensor, names: list[str], gold: torch.Tensor | None = None,
+                    gold_names: list[str] = (), max_groups: int = 0) -> list[dict]:
+    """Every completion of a step as a JSON-ready row: rewards (P, G), adv (P, G) (or (P, G, T): the
+    mean over tokens), per_func (P*G, K) under ``names``, gold (P*G, K') under ``gold_names``;
+    ``prompts``/``completions`` the B = P*G strings. ``max_groups`` > 0 keeps the first that many groups.
+
+    -> [{"step", "group", "index", "prompt", "completion", "reward", "advantage", "rewards/<name>": ...,
+    "gold_rewards/<name>": ...}], group-major (the G rows of group 0 first); NaN becomes None."""
+    P, G = rewards.shape[0], rewards.shape[1]
+    a = adv if adv.dim() == 2 else adv.float().mean(-1)  # (P, G)
+    keep = P if max_groups <= 0 else min(P, max_groups)
+
+    def num(x):
+        x = float(x)
+        return None if math.isnan(x) else x
+
+    rows = []
+    for b in range(keep * G):
+        p, g = divmod(b, G)
+        row = {"step": step, "group": p, "index": g, "prompt": prompts[b], "completion": completions[b],
+               "reward": num(rewards[p, g]), "advantage": num(a[p, g])}
+        row.update({f"rewards/{n}": num(per_func[b, k]) for k, n in enumerate(names)})
+        if gold is not None:
+            row.update({f"gold_rewards/{n}": num(gold[b, k]) for k, n in enumerate(gold_names)})
+        rows.append(row)
+    return rows
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k)/C(n, k)."""
     if k > n:

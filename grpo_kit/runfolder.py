@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".grpo-kit.lock"
 # everything a grpo-kit run writes into its output folder (what --overwrite may delete); model/: --engine trl
-RUN_FILES = {"checkpoints", "history.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", "model",
+RUN_FILES = {"checkpoints", "history.jsonl", "completions.jsonl", "summary.json", "config.yaml", "curves.png", "curves.html", "model",
              LOCK_FILE}
 # what save_pretrained writes for a model and its tokenizer (names or glob patterns): export, train-judge, make-base
 MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",

@@ -36,7 +36,7 @@ from .errors import CheckpointError, ConfigError, GRPOKitError, RunFolderError, 
 from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
 from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
-from .metrics import correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
+from .metrics import completion_rows, correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
 from .sampling import chat_items
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
@@ -234,7 +234,7 @@ def grpo_step(run: Run) -> dict:
     run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
     metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
-    gold, correct = _gold_metrics(run, fresh, _items)  # correct (P*G,) bool from the first gold function, or None
+    gold, correct, gold_per = _gold_metrics(run, fresh, _items)  # correct (P*G,) bool by the first gold function
     metrics.update(gold)
     if correct is None:
         correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
@@ -243,6 +243,10 @@ def grpo_step(run: Run) -> dict:
     metrics["completions/distinct_frac"] = distinct_frac(fresh.completions, G)
     metrics["advantages/max_abs"] = fresh_adv.abs().max().item()
     metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, per_sample)  # first group, text
+    if cfg.log_completions and run.step % cfg.log_completions_every == 0:  # every group: completions.jsonl
+        metrics["groups"] = completion_rows(run.step, fresh.prompts, fresh.completions, rewards, per_sample, per_func,
+                                            names, gold_per, [_func_name(f, k) for k, f in enumerate(run.gold_funcs)],
+                                            cfg.log_completions_max_groups)
     metrics.update(extra)
     metrics.update(estimator_metrics)
     metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
@@ -265,17 +269,22 @@ def trainer_state(run: Run):
 
 def _gold_metrics(run: Run, rollouts, items) -> tuple[dict, torch.Tensor | None]:
     """``gold_reward``: the mean of ``cfg.gold_reward_funcs`` on this step's completions (never trained on),
-    per function too; and which completions are right by the first gold function (its reward > 0), or None."""
+    per function too; which completions are right by the first gold function (its reward > 0); and the
+    values (B, K) of every gold function. (None, None) in their place without gold functions."""
     if not run.gold_funcs:
-        return {}, None
+        return {}, None, None
     policy = "zero" if run.cfg.reward_error_policy != "raise" else "raise"
     G = len(rollouts.completions) // len(items)
     gold, gold_per, _, _ = score_with_policy(run.gold_funcs, rollouts.prompts, rollouts.completions,
                                              columns_of(items, repeat=G), None, policy)  # (B,), (B, K)
     out = {"gold_reward": torch.nanmean(gold).item()}
     for k, f in enumerate(run.gold_funcs):
-        out[f"gold_rewards/{getattr(f, '__name__', f'func{k}')}/mean"] = torch.nanmean(gold_per[:, k]).item()
-    return out, gold_per[:, 0].cpu() > 0  # (B,)
+        out[f"gold_rewards/{_func_name(f, k)}/mean"] = torch.nanmean(gold_per[:, k]).item()
+    return out, gold_per[:, 0].cpu() > 0, gold_per.cpu()  # (B,), (B, K)
+
+
+def _func_name(f, k: int) -> str:
+    return getattr(f, "__name__", f"func{k}")
 
 def evaluate(run: Run) -> float:
     acc = greedy_accuracy(run.policy, run.tokenizer, run.eval_items, max(run.cfg.max_completion_length, 1))
@@ -428,6 +437,7 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
         elif latest_checkpoint(out_dir) is not None:
             saved = int(latest_checkpoint(out_dir).name.split("-")[1])
         write_history(run.history, out_dir / "history.jsonl")  # the finished steps; a resume drops the rest
+        keep_completions(out_dir / COMPLETIONS_FILE, run.step)  # and their groups, no later ones
 
     def stop_now():
         return signals.requested or (should_stop is not None and bool(should_stop()))
@@ -445,6 +455,7 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
             log.warning("%s: %s", signals.signal_name or "stop", e)
             _give_up_step(run, out_dir, saved, signals.signal_name, before)
             break
+        groups = metrics.pop("groups", None)  # completions.jsonl and the caller; not kept in the history
         due_eval = bool(cfg.eval_every) and run.step % cfg.eval_every == 0
         evaluated = False
         while True:  # a stop request that arrives during the evaluation still counts for this step
@@ -463,13 +474,15 @@ def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signal
             metrics.update(_new_findings(run))  # before the history line, so history.jsonl has them
         if out_dir is not None:
             append_line(out_dir / "history.jsonl", _json_line(metrics))
+            if groups:
+                append_line(out_dir / COMPLETIONS_FILE, "".join(_json_line(r) + "\n" for r in groups).rstrip("\n"))
         skips = _skipped_steps(run.history, cfg.num_iterations)
         if cfg.max_consecutive_skips and skips >= cfg.max_consecutive_skips:
             raise _too_many_skips(run, out_dir)
         if out_dir is not None and (last or (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0)):
             save_checkpoint(run, out_dir)
             saved = run.step
-        yield metrics
+        yield metrics if groups is None else {**metrics, "groups": groups}
         if last:
             break
 
@@ -538,7 +551,7 @@ STATE_FILE = "trainer_state.pt"
 # fields that may differ between a checkpoint and the run resuming it
 RESUMABLE_CHANGES = {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "threads", "device",
                      "reward_timeout_s", "max_consecutive_skips", "share_prompt_prefix", "dedupe_completions", "pack_max_tokens",
-                     "diagnose_every"}
+                     "diagnose_every", "log_completions", "log_completions_every", "log_completions_max_groups"}
 _STEP_DIR = re.compile(r"step-\d+")
 _STEP_NUM = re.compile(r"step-(\d+)")
 
@@ -890,6 +903,21 @@ def _restore_sample_gen(run: Run, state: dict, path: Path) -> None:
     log.warning("checkpoint %s was written on %s and resumes on %s: weights, optimizer and prompt order carry "
                 "over, but the sampled tokens cannot continue the same random stream (device generators differ), "
                 "so this run will not repeat a straight %s run exactly", path, saved, run.sample_gen.device.type, saved)
+
+
+COMPLETIONS_FILE = "completions.jsonl"  # cfg.log_completions: one row per completion of each logged step
+
+
+def keep_completions(path: str | Path, last_step: int) -> None:
+    """Drop the rows of ``completions.jsonl`` after ``last_step`` (a resume continues from there, and
+    writes those steps again); nothing to do when the file is absent."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines()
+    kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= last_step]
+    if len(kept) != len(lines):
+        atomic_write_text(path, "".join(ln + "\n" for ln in kept))
 
 
 def write_history(history: list[dict], path: str | Path) -> None:
