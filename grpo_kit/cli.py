@@ -238,7 +238,7 @@ def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int,
 
 def _written(out: Path) -> str:
     """What a run folder holds, for the closing line (only what is really there)."""
-    names = ["summary.json", "history.jsonl", "curves.png", "curves.html", "config.yaml"]
+    names = ["summary.json", "history.jsonl", "completions.jsonl", "curves.png", "curves.html", "config.yaml"]
     have = [n for n in names if (out / n).is_file()]
     if (out / "checkpoints" / "latest").is_file():
         have.append(f"checkpoints/ (latest {(out / 'checkpoints' / 'latest').read_text().strip()})")
