@@ -80,6 +80,7 @@ def test_book_pages_link_and_show_their_figures(tmp_path):
         assert page.locator("article h1").first.inner_text().strip().startswith("01")
         text = page.locator("article").inner_text()
         assert "Smoke run." in text and "not results" in text  # the page says its numbers are a smoke run's
+        assert "An interactive widget" in text  # the sliders, which need a live kernel, say so
         images = page.evaluate(JS_IMAGES)
         assert images, "no figure on the notebook page"
         assert all(i["complete"] and i["width"] > 0 for i in images), images

@@ -71,7 +71,10 @@ def executed_copy(src: Path, executed_dir: Path, smoke_dir: Path, smoke_missing:
     mode = "smoke mode" if smoke_missing else "full parameters"
     print(f"book: {src.name} is not in {executed_dir}; running it ({mode}) into {folder}", flush=True)
     t0 = time.monotonic()
-    run_notebook(src, folder / src.name, parameters={"SMOKE": True} if smoke_missing else {}, timeout=timeout)
+    # into a side file first: a run that fails leaves it there to read, never a copy a later build would reuse
+    running = folder / f"{src.stem}.running.ipynb"
+    run_notebook(src, running, parameters={"SMOKE": True} if smoke_missing else {}, timeout=timeout)
+    running.replace(folder / src.name)
     print(f"book: {src.name} ran in {time.monotonic() - t0:.0f} s", flush=True)
     return folder / src.name
 
