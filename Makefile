@@ -13,7 +13,7 @@ $(STAMP): requirements.txt requirements-verl.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-.PHONY: install demo test test-full notebooks chromium
+.PHONY: install demo test test-full notebooks chromium book
 install: $(STAMP)
 
 # the browser test (tests/test_browser.py) drives Debian's chromium; install it when missing (CI runs as root)
@@ -35,6 +35,13 @@ test: $(STAMP) chromium
 # each ran 4-7x slower on 2 cores)
 test-full: $(STAMP)
 	$(VENV)/bin/python -m pytest -ra -m "full or headless"
+
+# the notebooks with their outputs as a static site in build/book/ (open build/book/index.html), from the
+# executed copies make test-full keeps in build/executed/; a notebook missing there runs first, at full
+# parameters, or in smoke mode with BOOK_SMOKE=1 (its page then says its numbers are not results)
+BOOK_SMOKE ?=
+book: $(STAMP)
+	$(VENV)/bin/python tools/book.py $(if $(filter 1,$(BOOK_SMOKE)),--smoke-missing)
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -13,9 +13,14 @@ In a test or your own regression script::
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 MIME = "application/vnd.grpo-kit.record+json"
+# when set to a folder, run_notebook also keeps a copy of each notebook it executed without error
+# there, as <folder>/<notebook name>.ipynb (make test-full keeps its full runs in build/executed/ for make book)
+KEEP_ENV = "GRPO_KIT_KEEP_EXECUTED"
 _RECORDS: dict = {}
 
 
@@ -57,6 +62,8 @@ def run_notebook(path: str | Path, out_path: str | Path | None = None, parameter
     """Execute a notebook headlessly with papermill and return its recorded values.
 
     A cell that raises (a failed ``assert`` included) raises ``papermill.PapermillExecutionError``.
+    With ``$GRPO_KIT_KEEP_EXECUTED`` set to a folder, a run that raised nothing is also copied there
+    under the notebook's own name.
     """
     import papermill as pm
 
@@ -64,4 +71,8 @@ def run_notebook(path: str | Path, out_path: str | Path | None = None, parameter
     out_path = Path(out_path) if out_path else path.with_name(path.stem + ".out.ipynb")
     pm.execute_notebook(str(path), str(out_path), parameters=parameters or {}, kernel_name=kernel,
                         execution_timeout=timeout, cwd=str(path.parent), progress_bar=False)
+    keep = os.environ.get(KEEP_ENV)
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out_path, Path(keep) / path.name)
     return read_records(out_path)

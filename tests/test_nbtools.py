@@ -5,12 +5,15 @@ import math
 import nbformat
 import pytest
 
-from grpo_kit.nbtools import MIME, read_records, run_notebook
+from grpo_kit.nbtools import KEEP_ENV, MIME, read_records, run_notebook
 
 
 @pytest.mark.notebook
-def test_non_finite_floats_round_trip_through_a_notebook_as_floats(tmp_path):
-    """Jupyter cleans display data into the strings 'nan'/'inf'; the records must still read back as floats."""
+def test_non_finite_floats_round_trip_through_a_notebook_as_floats(tmp_path, monkeypatch):
+    """Jupyter cleans display data into the strings 'nan'/'inf'; the records must still read back as floats.
+
+    With $GRPO_KIT_KEEP_EXECUTED set, the executed notebook is also kept there under its own name."""
+    monkeypatch.setenv(KEEP_ENV, str(tmp_path / "kept"))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
         "from grpo_kit.nbtools import record\n"
@@ -23,6 +26,7 @@ def test_non_finite_floats_round_trip_through_a_notebook_as_floats(tmp_path):
     assert isinstance(v["nan"], float) and math.isnan(v["nan"])
     assert v["inf"] == math.inf
     assert v["nested"] == {"curve": [1.5, -math.inf], "word": "nan"}  # a real string stays a string
+    assert read_records(tmp_path / "kept" / "records.ipynb").keys() == v.keys()
 
 
 def test_notebooks_executed_before_json_records_still_read(tmp_path):
