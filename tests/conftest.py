@@ -37,3 +37,28 @@ def _keep_full_runs(request, monkeypatch):
     """A test marked ``full`` keeps each notebook it runs without error in build/executed/ (for make book)."""
     if request.node.get_closest_marker("full") is not None:
         monkeypatch.setenv(KEEP_ENV, str(EXECUTED))
+
+
+# ---------------------------------------------------------------- the notebooks' time table
+FULL_BUDGET_S = 60 * 60  # make test-full on 2 cores
+_NOTEBOOK_TIMES: list[tuple[str, str, float, str]] = []  # (test, mode, seconds, outcome)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and ("notebook" in report.keywords or "full" in report.keywords):
+        mode = "full" if "full" in report.keywords else "browser" if "browser" in report.keywords else "smoke"
+        _NOTEBOOK_TIMES.append((report.nodeid.split("::")[-1], mode, report.duration, report.outcome))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A table of every notebook test's time (make test-full: against its 60-minute budget)."""
+    if not _NOTEBOOK_TIMES:
+        return
+    tr = terminalreporter
+    tr.section("notebook times")
+    for name, mode, secs, outcome in sorted(_NOTEBOOK_TIMES, key=lambda t: t[0]):
+        tr.write_line(f"{name:<58} {mode:<8} {secs / 60:6.1f} min  {outcome}")
+    full = sum(t[2] for t in _NOTEBOOK_TIMES if t[1] == "full")
+    if full:
+        tr.write_line(f"{'full runs, total':<58} {'':<8} {full / 60:6.1f} min  (budget {FULL_BUDGET_S // 60} min "
+                      f"on 2 cores: {100 * full / FULL_BUDGET_S:.0f}% used)")
