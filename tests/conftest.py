@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,22 @@ def small_cfg():
     # in CPU float32 and not under CUDA bf16 autocast on a machine with a GPU
     return GRPOConfig(steps=4, num_prompts=4, num_generations=4, eval_every=0, eval_size=20,
                       checkpoint_every=0, threads=1, device="cpu")
+
+
+@pytest.fixture
+def signals_delivered():
+    """SIGINT, SIGTERM and SIGHUP delivered for this test as in a foreground shell. A suite started in the
+    background inherits SIGINT ignored, one started under nohup SIGHUP, and the kit leaves an ignored
+    signal ignored by design; the tests of stop requests need them to arrive (children started by the
+    test then get them at their defaults too). Modules use it with ``pytestmark``."""
+    saved = {}
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
+                         (signal.SIGHUP, signal.SIG_DFL)):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            saved[sig] = signal.signal(sig, default)
+    yield
+    for sig, previous in saved.items():
+        signal.signal(sig, previous)
 
 
 @pytest.fixture(autouse=True)

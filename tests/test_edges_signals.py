@@ -14,6 +14,8 @@ from grpo_kit.cli import main
 from grpo_kit.train import latest_checkpoint, setup, train
 
 loop = importlib.import_module("grpo_kit.train")
+
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 
@@ -54,32 +56,23 @@ def test_ctrl_c_in_the_callers_loop_body_ends_the_run_before_the_next_step(tmp_p
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_act_like_ctrl_c_in_the_cli(tmp_path, capsys, monkeypatch, sig):
     step = loop.grpo_step
-    signum = getattr(signal, sig)
 
     def signalled(run):
         m = step(run)
         if run.step == 2:
-            _signal_self(signum)
+            _signal_self(getattr(signal, sig))
         return m
     monkeypatch.setattr(loop, "grpo_step", signalled)
-    # a signal the process ignores stays ignored by design (nohup ignores SIGHUP; a suite started under
-    # nohup inherits that): here the signal must arrive, so it is made default for this test
-    ignored = signal.getsignal(signum) == signal.SIG_IGN
-    if ignored:
-        signal.signal(signum, signal.SIG_DFL)
-    try:
-        before = signal.getsignal(signum)
-        (tmp_path / "c.yaml").write_text("steps: 5\nnum_prompts: 2\nnum_generations: 2\neval_size: 5\nthreads: 1\n")
-        code = main(["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run")])
-        err = capsys.readouterr().err
-        assert code == 130 and f"stopped by {sig} after step 2 of 5" in err and "--resume" in err
-        assert latest_checkpoint(tmp_path / "run").name == "step-000002"
-        assert len((tmp_path / "run" / "history.jsonl").read_text().splitlines()) == 2
-        assert json.loads((tmp_path / "run" / "summary.json").read_text())["stopped_by"] == sig
-        assert signal.getsignal(signum) is before
-    finally:
-        if ignored:
-            signal.signal(signum, signal.SIG_IGN)
+    before = signal.getsignal(getattr(signal, sig))
+    (tmp_path / "c.yaml").write_text("steps: 5\nnum_prompts: 2\nnum_generations: 2\neval_size: 5\nthreads: 1\n")
+    code = main(["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 130 and f"stopped by {sig} after step 2 of 5" in err and "--resume" in err
+    assert latest_checkpoint(tmp_path / "run").name == "step-000002"
+    assert len((tmp_path / "run" / "history.jsonl").read_text().splitlines()) == 2
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stopped_by"] == sig
+    assert signal.getsignal(getattr(signal, sig)) is before
+
 
 CHILD = r"""
 import sys, time

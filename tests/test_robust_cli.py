@@ -9,6 +9,8 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.errors import GRPOKitError
 
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
+
 BASE = "steps: 1\nnum_prompts: 2\nnum_generations: 2\neval_size: 5\nthreads: 1\n"
 
 

@@ -15,6 +15,8 @@ from grpo_kit.sampling import sample_groups
 from grpo_kit.step import train_step
 from grpo_kit.train import latest_checkpoint, load_checkpoint, save_checkpoint, setup, train
 
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
+
 
 def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -22,6 +22,8 @@ from grpo_kit.errors import CheckpointError, RewardError
 from grpo_kit.judges import exact_answer, judge, score_with_policy
 from grpo_kit.train import latest_checkpoint, setup, train
 
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 

@@ -17,6 +17,8 @@ from grpo_kit.errors import ConfigError, RewardError
 from grpo_kit.judges import resolve_reward_func
 from grpo_kit.serve import BadRequest, make_server, parse_request, remote_reward
 
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
+
 GOOD = {"query": ["12+34=46"], "prompts": ["12+34="], "labels": ["46"]}
 
 

@@ -4,12 +4,15 @@ import json
 import signal
 import subprocess
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from test_kill_resume import _cli, _latest_step, _wait_for
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.train import setup, train
+
+pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 
 CONFIG = dict(steps=8, num_prompts=2, num_generations=4, samples_per_step=8,
               group_size_schedule=[[0.0, 4], [0.5, 2]], replay_fraction=0.25, replay_max_age=2,
