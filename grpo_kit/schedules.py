@@ -309,6 +309,29 @@ def preview(cfg, points: int = 11) -> list[dict]:
     return out
 
 
+def lr_lambda(cfg):
+    """Learning-rate factor at optimizer update u (counted from 0; ``num_iterations`` updates per step).
+
+    transformers' ``get_cosine_schedule_with_warmup`` / ``get_constant_schedule_with_warmup``, which
+    TRL's trainer uses: u / warmup_steps during the warm-up, then 0.5 (1 + cos(pi t)) over the
+    remaining updates (cosine) or 1 (constant). The cosine is evaluated in float32, as it always
+    was here, so runs with ``num_iterations=1`` and no warm-up are unchanged; it differs from
+    transformers' float64 value by at most about 1e-7 of the rate.
+    """
+    import torch
+
+    total = cfg.steps * cfg.num_iterations
+
+    def f(update: int) -> float:
+        if update < cfg.warmup_steps:
+            return update / cfg.warmup_steps
+        if cfg.lr_schedule == "cosine":
+            t = (update - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
+            return 0.5 * (1 + torch.cos(torch.tensor(min(t, 1.0) * torch.pi)).item())
+        return 1.0
+    return f
+
+
 def resume_changes(old, new, step: int, generated: int = 0) -> list[str]:
     """What resuming at ``step`` with config ``new`` instead of the checkpoint's ``old`` (another
     ``steps``) changes in the step to come, in words: every schedule set by the fraction of the run
@@ -317,8 +340,6 @@ def resume_changes(old, new, step: int, generated: int = 0) -> list[str]:
     value at ``step`` can jump. ``[]`` when nothing changes (a constant rate, no such schedule, the
     same ``steps``, or a ``completion_budget`` that sets the fraction). ``generated``: completions
     generated so far (the fraction under a budget)."""
-    from .train import lr_lambda
-
     def at(cfg) -> dict:
         frac = (min(generated / cfg.completion_budget, 1.0) if cfg.completion_budget
                 else step / cfg.steps if cfg.steps else 0.0)

@@ -38,6 +38,7 @@ from .judges import RewardLog, get_reward_funcs, score_with_policy
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import completion_rows, correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
 from .sampling import chat_items
+from .schedules import lr_lambda  # the learning-rate schedule (population.py and tests import it from here)
 from .step import train_step
 from .tasks import get_task, load_items, heldout_split
 from .tiny import load_model, resolve_model
@@ -78,27 +79,6 @@ def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("GRPOConfig.device='cuda': no CUDA GPU is visible to torch; use device='cpu' or 'auto'")
     return torch.device(name)
-
-
-def lr_lambda(cfg: GRPOConfig):
-    """Learning-rate factor at optimizer update u (counted from 0; ``num_iterations`` updates per step).
-
-    transformers' ``get_cosine_schedule_with_warmup`` / ``get_constant_schedule_with_warmup``, which
-    TRL's trainer uses: u / warmup_steps during the warm-up, then 0.5 (1 + cos(pi t)) over the
-    remaining updates (cosine) or 1 (constant). The cosine is evaluated in float32, as it always
-    was here, so runs with ``num_iterations=1`` and no warm-up are unchanged; it differs from
-    transformers' float64 value by at most about 1e-7 of the rate.
-    """
-    total = cfg.steps * cfg.num_iterations
-
-    def f(update: int) -> float:
-        if update < cfg.warmup_steps:
-            return update / cfg.warmup_steps
-        if cfg.lr_schedule == "cosine":
-            t = (update - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
-            return 0.5 * (1 + torch.cos(torch.tensor(min(t, 1.0) * torch.pi)).item())
-        return 1.0
-    return f
 
 
 def capped_threads(n: int) -> int:
