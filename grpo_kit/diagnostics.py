@@ -28,11 +28,24 @@ Detectors (kind: what it reads), each a small function in ``DETECTORS``:
 - ``grad_explosion``: the (pre-clip) ``grad_norm`` many times its trailing median, or
   non-finite, or updates skipped.
 
-Thresholds are keyword arguments of :func:`diagnose` (``DEFAULTS`` lists them). Each default was
-set from measured runs: the healthy runs (``grpo-kit demo`` seeds 0, 1, 2, 500 steps; the four
-notebook-02 variants, 200 steps; ``tests/data/healthy_*.jsonl``) and the failure runs of
-``failures.py`` (``tests/data/failure_*.jsonl``). The measured values are in ``DEFAULTS_MEASURED``
-below, next to each threshold, so a reader can see the margin on each side.
+A failing run usually trips several detectors (a policy pushed the wrong way also drifts from the
+reference and ends with every group wrong), so :func:`order_findings` puts the likely cause first:
+by step, the two detectors of consequences (``kl_blowup``, ``reward_decline``) waiting one window
+for a detector of a mechanism, a finding before those it can cause (``CONSEQUENCE_OF``), then a
+stated ``PRIORITY``; each consequence carries ``consequence_of`` and is listed under its cause.
+
+Thresholds are keyword arguments of :func:`diagnose` (``DEFAULTS`` lists them); the measured values
+are in ``DEFAULTS_MEASURED`` below, next to each threshold, so a reader can see the margin on each
+side. Which runs set them and which only check them:
+
+- **Set on** (looked at while choosing every threshold and ordering rule): the healthy runs
+  (``grpo-kit demo`` seeds 0, 1, 2, 500 steps; the four notebook-02 variants, 200 steps;
+  ``tests/data/healthy_*.jsonl``) and the failure-lab runs at seeds 0, 5 and 7, broken and fixed
+  (seed 0 saved as ``tests/data/failure_*.jsonl``).
+- **Only checked on** (written once every rule above was fixed, never used to change one): the
+  held-out set in ``tests/data/heldout/``: the demo at seed 11 (500 steps) and every failure-lab run
+  at seed 11, broken and fixed. ``tests/test_failures.py`` asserts on it in the fast suite that each
+  failure's first finding is its own kind and that the fixed runs and the healthy run report none.
 """
 from __future__ import annotations
 
@@ -55,12 +68,16 @@ class Finding:
     evidence: dict     # metric name -> value(s) that show it
     cause: str         # the likely cause, one sentence
     fix: str           # what to try
+    consequence_of: str | None = None  # the kind of the earlier finding this one likely follows from
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:
         ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items())
+        if self.consequence_of:
+            return (f"step {self.step}: {self.kind}, likely a consequence of {self.consequence_of}: {ev}. "
+                    f"(Fix the {self.consequence_of} first.)")
         return f"step {self.step}: {self.kind}: {ev}. Cause: {self.cause} Try: {self.fix}"
 
 
@@ -100,11 +117,19 @@ DEFAULTS = {
     # median: a spike is a few samples far outside the usual range, not the whole batch doing better
     # (a healthy run's reward can jump by 0.3 in one step while it learns fast; its spread cannot,
     # 0/1 rewards have a std of at most 0.5).
+    "spike_adv_min": 2.0,
+    # ... and the step's largest |advantage| above this and above (G-1)/sqrt(G), the most that group
+    # z-scores give one sample in a group of G (1.5 for G=4, 2.47 for G=8): a spike that the advantage
+    # normalisation bounds does not dominate the batch.
     "spike_floor": 0.1,
     # floor under the trailing MAD (x 0.1) and the trailing median reward_std: after a collapse the
     # reward sits at exactly 0 (MAD 0, spread 0) and one right answer in 128 must not count as a spike.
     "kl_max": 1.0,
     # kl_blowup: window-mean KL (nats per token) above this.
+    "decline_kl_split": 0.75,
+    # when kl_blowup and reward_decline both hold: the mean KL over the updates before the reward fell
+    # (kl_while_reward_fell) at or above this names the step size (kl_blowup) first, below it the
+    # direction of the update (reward_decline).
     "stall_zero_std_min": 0.9,
     # zero_variance_stall: window-mean frac_reward_zero_std at least this ...
     "stall_reward_gain": 0.1,
@@ -140,17 +165,24 @@ DEFAULTS = {
 # run of that kind (tests/data/failure_*.jsonl, seed 0) where it was first detected. Window = 20-step mean.
 DEFAULTS_MEASURED = {
     "collapse_*": "healthy: window-mean entropy falls to 0.39-0.60 and distinct_frac to 0.37-0.49 as the runs "
-                  "converge, but with the reward at 0.5-0.6 then; entropy_collapse run: entropy 0.25 of 0.54 "
-                  "(0.47), distinct_frac 0.34, reward 0.004 (step 75)",
+                  "converge, but with the reward at 0.5-0.6 then; entropy_collapse runs (seeds 0, 5, 7): entropy "
+                  "0.24-0.26 of 0.49-0.53 (0.46-0.50), distinct_frac 0.29-0.31, reward 0.27-0.30 (steps 64-76; "
+                  "the reward bar is the thin margin)",
     "hacking_*": "healthy runs log no gold reward; reward_hacking run: reward 0.29 -> 1.0 while gold 0.06 -> 0.0 "
                  "(step 20)",
-    "spike_*": "healthy: robust z of the reward up to 11.1 (fast learning), reward_std ratio at most 1.32; "
-               "reward_spike run: z 14.6, reward_std ratio 24.9 (step 25); grad_explosion run: z 22, ratio 75",
+    "spike_*": "healthy: robust z of the reward up to 11.1 (fast learning), reward_std ratio at most 1.32, "
+               "largest |advantage| 2.47 (group z-scores, G=8) or 0.875 (Dr. GRPO); "
+               "reward_spike run: z 14.6, reward_std ratio 24.9, |advantage| 30 (step 25); grad_explosion run: "
+               "z 22, ratio 75, |advantage| 150; their fixes (group z-scores, G=4) bound it at 1.5",
     "kl_max": "healthy: window-mean KL at most 0.62 (GSPO; raw single steps up to 3.5); kl_blowup run 1.9, "
-              "entropy_collapse 2.4, sign_error 2.3, length_blowup above 4 (step 20)",
+              "sign_error 2.3, length_blowup 2.9 (step 20); entropy_collapse runs stay at 0.71-0.83 until "
+              "the collapse",
+    "decline_kl_split": "mean KL over the updates before the reward fell: kl_blowup runs 0.98-1.66 (seeds 0, 5, "
+                        "7), sign_error runs 0.35-0.59",
     "stall_*": "healthy: frac_reward_zero_std at most 0.41; stall runs 0.93 (format reward) and 0.997 (add3), "
                "reward within 0.01 of its start (step 20)",
-    "length_*": "healthy: window-mean clipped_ratio at most 0.032; length_blowup run 0.65 from 0.03 at the start (step 20; wrong answers 0.98 truncated)",
+    "length_*": "healthy: window-mean clipped_ratio at most 0.032; length_blowup runs 0.50-0.52 from 0.0 at the "
+                "start (steps 23-34; wrong answers 0.86-0.96 truncated, 7.6-7.9 tokens of 8)",
     "decline_*": "healthy: the reward never falls below its start window by more than noise and its late drop from "
                  "the peak is at most 0.04, held-out accuracy falls at most 0.064 below its best eval (seed 0: 57.6% -> "
                  "51.2%); late_decline run (constant lr 4e-4): accuracy 44.5% (step 100) -> 19.0% (step 125); sign_error run: 0.015 against a start of 0.060 (step 20); the "
@@ -189,6 +221,11 @@ def rolling_means(pts: list[tuple[int, float]], w: int) -> list[tuple[int, float
     return out
 
 
+def rolling_medians(pts: list[tuple[int, float]], w: int) -> list[tuple[int, float]]:
+    """(step, median of this value and the w - 1 before it) from the w-th point on."""
+    return [(pts[i][0], statistics.median(v for _, v in pts[i - w + 1:i + 1])) for i in range(w - 1, len(pts))]
+
+
 def start_mean(pts: list[tuple[int, float]], n: int) -> float | None:
     """Mean of the first ``n`` values: the level a run starts from."""
     return _mean(v for _, v in pts[:n]) if pts else None
@@ -223,18 +260,21 @@ def entropy_collapse(h, t, cfg=None):
                             "reward": rew[s], "window": w},
                            "The policy has become near-deterministic on answers that are not right: each group is "
                            "a few copies of one completion, so there is nothing to compare and no way out.",
-                           "a lower learning_rate, a KL penalty (beta > 0), an entropy bonus (entropy_coef), or a "
-                           "higher temperature; resume from a checkpoint before this step")
+                           f"fewer updates per batch (num_iterations, now {getattr(cfg, 'num_iterations', '?')}), a "
+                           "higher temperature, an entropy bonus (entropy_coef), a lower learning_rate or a KL "
+                           "penalty (beta > 0); resume from a checkpoint before this step")
     return None
 
 
 def reward_hacking(h, t, cfg=None):
     w = t["window"]
-    rew, gold = dict(rolling_means(series(h, "reward"), w)), dict(rolling_means(series(h, "gold_reward"), w))
+    # the reward's rolling median, not its mean: a rare huge reward (a jackpot) lifts a mean, not a median
+    rew, gold = dict(rolling_medians(series(h, "reward"), w)), dict(rolling_means(series(h, "gold_reward"), w))
     if not gold or not rew:
         return None
     steps = sorted(set(rew) & set(gold))
-    r0, g0 = start_mean(series(h, "reward"), t["start_window"]), start_mean(series(h, "gold_reward"), t["start_window"])
+    r0 = statistics.median(v for _, v in series(h, "reward")[:t["start_window"]])
+    g0 = start_mean(series(h, "gold_reward"), t["start_window"])
     for s in steps:
         if rew[s] - r0 >= t["hacking_reward_gain"] and gold[s] - g0 <= t["hacking_gold_gain"]:
             return Finding("reward_hacking", s,
@@ -258,7 +298,9 @@ def reward_spike(h, t, cfg=None):
         z = abs(v - med) / (1.4826 * max(mad, 0.1 * t["spike_floor"]))
         std_before = statistics.median(spread.get(x, 0.0) for x, _ in pts[max(i - w, 0):i])
         ratio = spread.get(s, 0.0) / max(std_before, t["spike_floor"])
-        if z >= t["spike_z"] and ratio >= t["spike_std_ratio"]:
+        adv, g = _at(h, s, "advantages/max_abs"), _at(h, s, "num_generations") or getattr(cfg, "num_generations", None)
+        bound = max(t["spike_adv_min"], (g - 1) / math.sqrt(g) if g and g > 1 else 0.0)
+        if z >= t["spike_z"] and ratio >= t["spike_std_ratio"] and (adv is None or adv > bound):
             ev = {"reward": v, "reward_median_before": med, "robust_z": z, "reward_std_ratio": ratio, "window": w}
             for k in ("reward_std", "advantages/max_abs", "grad_norm"):
                 x = _at(h, s, k)
@@ -327,10 +369,14 @@ def length_blowup(h, t, cfg=None):
     return None
 
 
-def _reward_course(h, t):
-    """Window means of the reward and its mean over the first ``start_window`` steps."""
+def _reward_course(h, t, medians: bool = False):
+    """The reward's rolling means over ``window`` steps and its mean over the first ``start_window``
+    steps; with ``medians``, medians instead, so that a rare huge reward (a jackpot) makes no rise."""
     raw = series(h, "reward")
-    return rolling_means(raw, t["window"]), start_mean(raw, t["start_window"])
+    if not medians:
+        return rolling_means(raw, t["window"]), start_mean(raw, t["start_window"])
+    start = statistics.median(v for _, v in raw[:t["start_window"]]) if raw else None
+    return rolling_medians(raw, t["window"]), start
 
 
 def reward_decline(h, t, cfg=None):
@@ -374,7 +420,7 @@ def late_decline(h, t, cfg=None):
 
 
 def _late_reward_decline(h, t):
-    pts, r0 = _reward_course(h, t)
+    pts, r0 = _reward_course(h, t, medians=True)
     best, best_step = -math.inf, None
     for s, v in pts:
         if v > best:
@@ -410,8 +456,9 @@ def grad_explosion(h, t, cfg=None):
             spikes.append((s, v, med))
         recent = [x for x in spikes if x[0] > s - w]
         if len(recent) >= t["grad_min_spikes"]:  # one isolated spike is clipped and gone: not an explosion
-            return Finding("grad_explosion", s,
+            return Finding("grad_explosion", recent[0][0],  # the step of the first spike it counts
                            {"grad_norm": v, "grad_norm_median_before": med, "ratio": v / max(med, 1e-12),
+                            "confirmed_at": s,
                             "spikes_in_window": [(x[0], round(x[1], 3)) for x in recent],
                             "max_grad_norm": getattr(cfg, "max_grad_norm", None), "window": w},
                            "The gradient norm jumped far above its recent level: the policy is in a region where the "
@@ -420,13 +467,118 @@ def grad_explosion(h, t, cfg=None):
     return None
 
 
+# ---------------------------------------------------------------- cause first
+# A failing run usually trips several detectors: a policy pushed the wrong way also drifts from the
+# reference (kl_blowup) and ends with every group wrong (zero_variance_stall). The report names the
+# cause first. Findings are ordered by the step they start and, at one step, by PRIORITY: the
+# detectors that name a mechanism (a judge's loophole, an unbounded update, a rare huge reward,
+# paid-for length, lost diversity, no signal) before the two that describe what almost every failure
+# does in the end (the reward falls; the policy leaves the reference).
+PRIORITY = ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup", "entropy_collapse",
+            "zero_variance_stall", "late_decline", "reward_decline", "kl_blowup")
+
+# effect -> the kinds it is a known consequence of. A finding is reported as "likely a consequence of"
+# the first such finding listed before it, and is listed under it.
+CONSEQUENCE_OF = {
+    "kl_blowup": ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup", "reward_decline"),
+    # a policy that runs after a loophole, a jackpot or the wrong way drifts from the reference
+    "reward_decline": ("grad_explosion", "reward_spike", "length_blowup", "entropy_collapse", "kl_blowup"),
+    "zero_variance_stall": ("reward_hacking", "length_blowup", "entropy_collapse", "reward_decline",
+                            "kl_blowup"),  # a collapsed or saturated reward leaves every group all-equal
+    "entropy_collapse": ("reward_decline", "kl_blowup"),
+    "length_blowup": ("reward_hacking", "kl_blowup"),  # a degenerate policy stops emitting EOS
+    "late_decline": ("entropy_collapse", "kl_blowup"),
+}
+
+# The two detectors of consequences wait one window for the detectors of a mechanism: the KL to the
+# reference and a 20-step reward mean cross their bars early in almost any failure, while the evidence
+# of the mechanism (a 20-step mean of truncations, a second gradient spike) can take a few steps more.
+WAITS_FOR = {"kl_blowup": ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup"),
+             "reward_decline": ("grad_explosion", "reward_spike", "length_blowup", "entropy_collapse"),
+             "zero_variance_stall": ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup",
+                                     "entropy_collapse")}
+
+
+def kl_while_reward_fell(h: list[dict], t: dict) -> tuple[int, float] | None:
+    """(onset, mean KL over the updates up to it): the onset is the first step at which the reward,
+    averaged over ``start_window`` steps, is at most ``decline_frac`` of its start; the KL is averaged
+    over steps 2 to the onset (step 1's KL is 0: no update yet). Tells a too-large step (each update
+    moves the policy far, so the KL is up before the reward falls) from a push the wrong way (the
+    reward falls while the policy is still near the reference). None if the reward never fell that far."""
+    raw, n = series(h, "reward"), t["start_window"]
+    r0 = start_mean(raw, n)
+    kl = series(h, "kl")
+    for i in range(n - 1, len(raw)):
+        if _mean(v for _, v in raw[i - n + 1:i + 1]) <= t["decline_frac"] * r0:
+            onset = raw[i][0]
+            moved = [v for s, v in kl[1:] if s <= onset]
+            return (onset, _mean(moved)) if moved else None
+    return None
+
+
+def order_findings(found: list[Finding], h: list[dict], t: dict) -> list[Finding]:
+    """The findings with the likely cause first: each root finding followed by the findings that are
+    likely its consequences (``consequence_of`` set).
+
+    Order: by step; a ``kl_blowup`` or ``reward_decline`` waits (``WAITS_FOR``) for a mechanism found
+    within one window after it; at one step a finding comes before those it can cause
+    (``CONSEQUENCE_OF``, when that does not also run the other way), then by ``PRIORITY``. When both
+    ``reward_decline`` and ``kl_blowup`` hold, :func:`kl_while_reward_fell` decides which came first
+    (the KL at or over ``decline_kl_split`` while the reward fell: ``kl_blowup``; below: ``reward_decline``),
+    since their windows usually close at the same step.
+    """
+    rank = {k: float(i) for i, k in enumerate(PRIORITY)}
+    by = {f.kind: f for f in found}
+    at = {f.kind: f.step for f in found}  # the step each finding is ordered at
+    for kind, mechanisms in WAITS_FOR.items():
+        if kind in by:
+            later = [by[m].step for m in mechanisms if m in by and by[m].step <= by[kind].step + t["window"]]
+            at[kind] = max([by[kind].step, *later])
+    if "kl_blowup" in by and "reward_decline" in by:
+        kl, dec = by["kl_blowup"], by["reward_decline"]
+        fell = kl_while_reward_fell(h, t)
+        if fell is not None:
+            dec.evidence["reward_fell_at"], dec.evidence["kl_while_reward_fell"] = fell
+            big_steps = fell[1] >= t["decline_kl_split"]
+            first, second = ("kl_blowup", "reward_decline") if big_steps else ("reward_decline", "kl_blowup")
+            at["kl_blowup"] = at["reward_decline"] = min(at["kl_blowup"], at["reward_decline"])
+            lo = min(rank["kl_blowup"], rank["reward_decline"])  # still after the mechanism detectors
+            rank[first], rank[second] = lo, lo + 0.5
+
+    def causes(a: str, b: str) -> bool:  # a can cause b, and not the other way
+        return a in CONSEQUENCE_OF.get(b, ()) and b not in CONSEQUENCE_OF.get(a, ())
+
+    ordered, left = [], sorted(found, key=lambda f: (at[f.kind], rank[f.kind]))
+    while left:
+        step = at[left[0].kind]
+        same = [f for f in left if at[f.kind] == step]
+        f = next(f for f in same if not any(causes(g.kind, f.kind) for g in same if g is not f))
+        ordered.append(f)
+        left.remove(f)
+    roots: list[Finding] = []
+    root_of: dict[int, Finding] = {}
+    under: dict[int, list[Finding]] = {}
+    for i, f in enumerate(ordered):
+        cause = next((c for c in ordered[:i] if c.kind in CONSEQUENCE_OF.get(f.kind, ())), None)
+        f.consequence_of = cause.kind if cause else None
+        if cause is None:
+            roots.append(f)
+            root_of[id(f)], under[id(f)] = f, []
+        else:
+            root_of[id(f)] = root_of[id(cause)]
+            under[id(root_of[id(f)])].append(f)
+    return [x for r in roots for x in (r, *under[id(r)])]
+
+
 DETECTORS = {"entropy_collapse": entropy_collapse, "reward_hacking": reward_hacking, "reward_spike": reward_spike,
              "kl_blowup": kl_blowup, "zero_variance_stall": zero_variance_stall, "length_blowup": length_blowup,
              "reward_decline": reward_decline, "late_decline": late_decline, "grad_explosion": grad_explosion}
 
 
 def diagnose(history: list[dict], cfg=None, kinds=None, **thresholds) -> list[Finding]:
-    """Every failure the metrics show, ordered by the step it starts; ``[]`` for a healthy run.
+    """Every failure the metrics show, the likely cause first (:func:`order_findings`); ``[]`` for a
+    healthy run. A finding that is likely a consequence of an earlier one has ``consequence_of`` set
+    and follows it.
 
     ``thresholds`` override ``DEFAULTS`` by name (an unknown name raises ConfigError); ``kinds``
     limits the detectors run (default: all of ``DETECTORS``). ``cfg`` (the run's GRPOConfig) only
@@ -440,11 +592,13 @@ def diagnose(history: list[dict], cfg=None, kinds=None, **thresholds) -> list[Fi
         raise ConfigError(f"diagnose: unknown kind(s) {bad_kinds}; choose from {list(DETECTORS)}")
     t = {**DEFAULTS, **thresholds}
     found = [f for k in (kinds or DETECTORS) if (f := DETECTORS[k](history, t, cfg)) is not None]
-    return sorted(found, key=lambda f: (f.step, KINDS.index(f.kind)))
+    return order_findings(found, history, t)
 
 
 def report(findings: list[Finding]) -> str:
     """The findings as text, one paragraph each (what the CLI prints)."""
     if not findings:
         return "diagnostics: no failure found"
-    return "\n".join(["diagnostics: " + (f"{len(findings)} finding(s)")] + [f"  - {f.summary()}" for f in findings])
+    lines = [f"diagnostics: {len(findings)} finding(s), the likely cause first"]
+    lines += [("      + " if f.consequence_of else "  - ") + f.summary() for f in findings]
+    return "\n".join(lines)

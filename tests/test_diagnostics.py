@@ -132,8 +132,11 @@ def test_reward_decline_from_the_start_vs_late_decline_after_a_rise():
     assert diagnose(hist(20, reward=lambda s: 0.015 if s <= 5 else 0.0), window=W, kinds=["reward_decline"]) == []
     late = hist(60, reward=lambda s: 0.4 + 0.02 * s if s <= 25 else 0.9 - 0.03 * (s - 25))
     f = only(diagnose(late, window=W), "late_decline")
-    # best window: steps 23-26 = 0.86, 0.88, 0.90, 0.87 -> 0.8775 at step 26
-    assert f.evidence["reward_peak"] == pytest.approx(0.8775) and f.evidence["peak_step"] == 26
+    # late_decline reads rolling medians (a jackpot makes no rise): the best window, steps 23-26 =
+    # 0.86, 0.88, 0.90, 0.87, has median (0.87 + 0.88) / 2 = 0.875 at step 26; the start is the median
+    # of 0.42, 0.44, 0.46
+    assert f.evidence["reward_peak"] == pytest.approx(0.875) and f.evidence["peak_step"] == 26
+    assert f.evidence["reward_at_start"] == pytest.approx(0.44)
     assert f.step > 25
 
 
@@ -160,7 +163,9 @@ def test_grad_explosion_ratio_and_skipped_updates():
     assert diagnose(once, window=W, kinds=["grad_explosion"]) == []
     h = hist(12, grad_norm=[0.5] * 8 + [40.0, 0.5, 30.0, 0.5])
     f = only(diagnose(h, window=W, kinds=["grad_explosion"]), "grad_explosion")
-    assert f.step == 11 and f.evidence["ratio"] == pytest.approx(60.0)   # 30 / median(0.5, 0.5, 40, 0.5)
+    # reported at the first spike it counts (step 9), confirmed by the second (step 11)
+    assert f.step == 9 and f.evidence["confirmed_at"] == 11
+    assert f.evidence["ratio"] == pytest.approx(60.0)   # 30 / median(0.5, 0.5, 40, 0.5)
     assert f.evidence["spikes_in_window"] == [(9, 40.0), (11, 30.0)]
     # spikes further apart than the window do not add up
     apart = hist(16, grad_norm=[0.5] * 8 + [40.0] + [0.5] * 4 + [30.0, 0.5, 0.5])
@@ -188,3 +193,74 @@ def test_read_history_round_trip(tmp_path):
     p = tmp_path / "history.jsonl"
     p.write_text("".join(json.dumps(m) + "\n" for m in h))
     assert read_history(p) == h
+
+
+# ---------------------------------------------------------------- the cause first
+
+def order(findings):
+    return [(f.kind, f.step, f.consequence_of) for f in findings]
+
+
+RISE_THEN_NOTHING = [0.3, 0.3, 0.3] + [0.0] * 9  # the reward falls to 0 at step 4
+
+
+def test_a_push_the_wrong_way_is_named_before_the_drift_it_causes():
+    # reward_decline: window means (W=4) 0.225, 0.15, 0.075 at steps 4-6; 0.075 <= 0.4 * 0.3 -> step 6.
+    # kl_blowup: KL 0.2 until step 5, then 4.0: window mean at step 6 = (0.2 * 3 + 4) / 4 = 1.15 -> step 6.
+    # Same step; the reward fell (3-step mean 0.1 <= 0.12 at step 5) while the KL over steps 2-5 was 0.2:
+    # the direction of the update, not its size -> reward_decline first, kl_blowup its consequence.
+    h = hist(12, reward=RISE_THEN_NOTHING, kl=[0.0, 0.2, 0.2, 0.2, 0.2] + [4.0] * 7)
+    found = diagnose(h, window=W)
+    assert order(found) == [("reward_decline", 6, None), ("kl_blowup", 6, "reward_decline")]
+    assert found[0].evidence["reward_fell_at"] == 5
+    assert found[0].evidence["kl_while_reward_fell"] == pytest.approx(0.2)
+    assert "likely a consequence of reward_decline" in report(found)
+
+
+def test_a_step_that_is_too_large_is_named_before_the_fall_it_causes():
+    # KL 0.9 after each of the first updates (mean over steps 2-5 = 0.9 >= decline_kl_split 0.75), 3.0 from
+    # step 6: window mean at step 6 = (0.9 * 3 + 3) / 4 = 1.425 -> kl_blowup at 6, the same step as the
+    # decline; by PRIORITY alone reward_decline would come first
+    h = hist(12, reward=RISE_THEN_NOTHING, kl=[0.0, 0.9, 0.9, 0.9, 0.9] + [3.0] * 7)
+    assert order(diagnose(h, window=W)) == [("kl_blowup", 6, None), ("reward_decline", 6, "kl_blowup")]
+
+
+def test_kl_blowup_waits_one_window_for_the_mechanism():
+    # KL 2.0 from step 2: window mean (0 + 2 * 3) / 4 = 1.5 at step 4. Truncations from step 6: window
+    # mean 0.5 at step 7. 7 <= 4 + W, so the KL waits for the length blow-up and is listed as its consequence
+    h = hist(12, kl=[0.0] + [2.0] * 11, completions__clipped_ratio=[0.0] * 5 + [1.0] * 7)
+    assert order(diagnose(h, window=W)) == [("length_blowup", 7, None), ("kl_blowup", 4, "length_blowup")]
+    # truncations that start more than a window later are the consequence of the drift, not its cause
+    late = hist(20, kl=[0.0] + [2.0] * 19, completions__clipped_ratio=[0.0] * 12 + [1.0] * 8)
+    assert order(diagnose(late, window=W)) == [("kl_blowup", 4, None), ("length_blowup", 14, "kl_blowup")]
+
+
+def test_a_stall_at_the_step_the_policy_diverged_is_its_consequence():
+    # every group all-equal from the start (frac 1.0, reward flat at 0) and the KL at 2.0: both hold at
+    # step 4. A stall has no gradient and cannot move the policy; a policy that diverged can stall.
+    h = hist(12, reward=0.0, frac_reward_zero_std=1.0, kl=[0.0] + [2.0] * 11)
+    assert order(diagnose(h, window=W)) == [("kl_blowup", 4, None), ("zero_variance_stall", 4, "kl_blowup")]
+    # without the KL it is a stall of its own
+    assert order(diagnose(hist(12, reward=0.0, frac_reward_zero_std=1.0), window=W)) == [
+        ("zero_variance_stall", 4, None)]
+
+
+def test_a_reward_spike_the_advantages_bound_is_not_reported():
+    base = [0.50, 0.52, 0.48, 0.50, 0.51, 0.49, 0.50, 0.50]
+    spike = dict(reward=base + [3.0, 0.5], reward_std=[0.5] * 8 + [5.0, 0.5], num_generations=4)
+    # group z-scores give one sample in a group of 4 at most (4 - 1) / sqrt(4) = 1.5
+    assert diagnose(hist(10, advantages__max_abs=[0.87] * 8 + [1.5, 0.87], **spike), window=W,
+                    kinds=["reward_spike"]) == []
+    f = only(diagnose(hist(10, advantages__max_abs=[0.87] * 8 + [30.0, 0.87], **spike), window=W,
+                      kinds=["reward_spike"]), "reward_spike")
+    assert f.step == 9
+
+
+def test_a_jackpot_lifts_no_median():
+    # one step in four carries a jackpot (3.2) for 12 steps, the gold reward is flat: the 4-step mean
+    # climbs from 0.12 to (3 * 0.12 + 3.2) / 4 = 0.89 and falls back (a "hack", then a "late decline"
+    # by means); the medians stay at 0.12
+    rewards = [0.12] * 3 + [3.2, 0.12, 0.12, 0.12] * 3 + [0.12] * 9
+    h = hist(24, reward=rewards, gold_reward=0.12)
+    assert max(v for _, v in rolling_means([(m["step"], m["reward"]) for m in h], W)) == pytest.approx(0.89)
+    assert diagnose(h, window=W, kinds=["reward_hacking", "late_decline"]) == []
