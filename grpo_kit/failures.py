@@ -13,7 +13,8 @@ on 2 quiet cores; ``steps`` can shorten it.
 
 The failures (``FAILURES``; the numbers measured are in each entry's ``measured``):
 
-- ``entropy_collapse``: sampling temperature 0.6, learning rate 3x the default, constant, no KL.
+- ``entropy_collapse``: eight updates per batch (``num_iterations=8``) at temperature 0.5, constant
+  learning rate: the groups turn into copies of one completion while the KL stays below 1.
 - ``kl_blowup``: learning rate 3x the default, constant: the policy leaves the reference in a
   few steps.
 - ``reward_hacking``: a proxy judge that pays for length ("effort") instead of correctness;
@@ -23,8 +24,8 @@ The failures (``FAILURES``; the numbers measured are in each entry's ``measured`
 - ``grad_explosion``: the same jackpot judge with gradient clipping switched off.
 - ``zero_variance_stall_hard`` / ``zero_variance_stall_easy``: 3-digit addition for a model that
   knows 2-digit addition; a format reward the model already earns on every sample.
-- ``length_blowup``: the scratchpad task with per-sequence normalisation (loss_type 'grpo') and
-  group z-scores at the default learning rate.
+- ``length_blowup``: a bonus for length (weight 3) on top of the answer reward: a long wrong
+  completion outscores a short right one, and completions run to ``max_completion_length``.
 - ``sign_error``: ``advantage_estimator='topk_minus_own_BROKEN_SIGN'`` (training reward falls).
 - ``late_decline``: a constant learning rate of 4e-4: held-out accuracy climbs, then falls back.
   (With the default 3e-4 held constant, the merged code's seed-0 run only swung by 14.5 points and
@@ -108,21 +109,24 @@ BASE = dict(eval_every=25, eval_size=200, threads=2)
 
 FAILURES: dict[str, Failure] = {f.name: f for f in [
     Failure("entropy_collapse", "entropy_collapse",
-            "sampling temperature 0.6 and a learning rate of 1e-3 (3x the default), constant, no KL: the reward "
-            "falls within a few steps, then each group's completions turn into copies of each other",
-            dict(temperature=0.6, learning_rate=1e-3, lr_schedule="constant"),
-            dict(learning_rate=3e-4, lr_schedule="cosine", beta=0.04),
-            "the default learning rate with cosine decay and a KL penalty", steps=80),
+            "eight updates on every batch (num_iterations=8) at sampling temperature 0.5, constant learning "
+            "rate: each batch is fitted hard, the policy sharpens, and the groups turn into copies of one "
+            "completion while the KL stays moderate",
+            dict(temperature=0.5, num_iterations=8, lr_schedule="constant"),
+            dict(num_iterations=1, lr_schedule="cosine"),
+            "one update per batch (num_iterations=1) and the default cosine decay: the policy no longer "
+            "over-fits each batch", steps=100),
     Failure("kl_blowup", "kl_blowup",
             "a learning rate of 1e-3 (3x the default), constant, no KL: the policy leaves the reference",
             dict(learning_rate=1e-3, lr_schedule="constant"),
             dict(learning_rate=3e-4, lr_schedule="cosine", beta=0.04),
             "the default learning rate with cosine decay and a KL penalty", steps=50),
     Failure("length_blowup", "length_blowup",
-            "a learning rate of 3e-3 (10x the default), constant: completions run to max_completion_length",
-            dict(learning_rate=3e-3, lr_schedule="constant"),
-            dict(learning_rate=3e-4, lr_schedule="cosine", mask_truncated_completions=True),
-            "the default learning rate with decay, truncated completions left out of the loss", steps=40),
+            "a bonus for longer completions (length_judge, weight 3) on top of the answer reward: a long wrong "
+            "completion outscores a short right one, so completions run to max_completion_length",
+            dict(reward_funcs=["exact_answer", "length_judge"], reward_weights=[1.0, 3.0]),
+            dict(reward_weights=[1.0, 0.5]),
+            "a bonus that can never outscore a right answer (weight 0.5: at most 0.5 against 1)", steps=40),
     Failure("reward_hacking", "reward_hacking",
             "a proxy judge that pays for length instead of correctness; the gold judge (exact_answer) is logged",
             dict(reward_funcs=["length_judge"], gold_reward_funcs=["exact_answer"]),
@@ -143,8 +147,9 @@ FAILURES: dict[str, Failure] = {f.name: f for f in [
     Failure("zero_variance_stall_hard", "zero_variance_stall",
             "3-digit addition for a model trained on 2-digit addition: almost every group is all wrong",
             dict(task="add3", eval_size=100),
-            dict(reward_funcs=["digit_credit"], gold_reward_funcs=["exact_answer"]),
-            "a partial-credit reward (digits right) gives the groups a spread again", steps=30),
+            dict(reward_funcs=["digit_credit"], gold_reward_funcs=["exact_answer"], beta=0.04),
+            "a partial-credit reward (digits right) gives the groups a spread again; a KL penalty keeps the "
+            "policy near the reference while it learns from it", steps=30),
     Failure("zero_variance_stall_easy", "zero_variance_stall",
             "a format reward the model already earns on every sample: every group is all right",
             dict(reward_funcs=["format"], gold_reward_funcs=["exact_answer"], eval_size=100),

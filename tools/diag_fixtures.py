@@ -3,17 +3,22 @@
 
     python tools/diag_fixtures.py healthy_seed0 healthy_nb02_grpo failure_sign_error ...
     python tools/diag_fixtures.py all
+    python tools/diag_fixtures.py heldout        # tests/data/heldout/: seed 11, never used to set a threshold
 
 healthy_seedN: ``grpo-kit demo --seed N`` (500 steps, defaults); healthy_nb02_<v>: the notebook-02
-variant v (200 steps, num_iterations=2); failure_<name>: ``failures.run_failure(name, seed=0)``.
-tests/test_failures.py regenerates them in its ``full`` tests and checks the same claims.
+variant v (200 steps, num_iterations=2); failure_<name>: ``failures.run_failure(name, seed=0)``;
+heldout/failure_<name>_s<seed>[_fixed]: ``run_failure(name, seed, fixed)``; heldout/healthy_seed<N>:
+the demo at that seed. tests/test_failures.py regenerates them in its ``full`` tests and checks the
+same claims.
 """
 import json
+import re
 import sys
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
-KEEP = ("step", "reward", "reward_std", "frac_reward_zero_std", "gold_reward", "entropy", "kl", "grad_norm",
+HELDOUT_SEED = 11
+KEEP = ("step", "num_generations", "reward", "reward_std", "frac_reward_zero_std", "gold_reward", "entropy", "kl", "grad_norm",
         "skipped", "learning_rate", "accuracy", "advantages/max_abs", "completions/distinct_frac",
         "completions/mean_length", "completions/clipped_ratio", "completions/mean_length_right",
         "completions/mean_length_wrong", "completions/clipped_ratio_wrong")
@@ -34,6 +39,10 @@ def history_of(name, threads=1):
     from grpo_kit import GRPOConfig, setup, train
     from grpo_kit.failures import run_failure
 
+    name = name.removeprefix("heldout/")
+    seeded = re.fullmatch(r"failure_(.+)_s(\d+)(_fixed)?", name)
+    if seeded:
+        return run_failure(seeded[1], seed=int(seeded[2]), fixed=bool(seeded[3]), threads=threads).history
     if name.startswith("failure_"):
         return run_failure(name[len("failure_"):], seed=0, threads=threads).history
     if name.startswith("healthy_seed"):
@@ -50,7 +59,7 @@ def history_of(name, threads=1):
 
 
 def write(name, history):
-    DATA.mkdir(parents=True, exist_ok=True)
+    (DATA / name).parent.mkdir(parents=True, exist_ok=True)
     (DATA / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in trim(history)))
 
 
@@ -61,6 +70,9 @@ if __name__ == "__main__":
     if names == ["all"]:
         names = ([f"healthy_seed{s}" for s in range(3)] + [f"healthy_nb02_{v}" for v in NB02]
                  + [f"failure_{n}" for n in FAILURES])
+    elif names == ["heldout"]:
+        names = [f"heldout/healthy_seed{HELDOUT_SEED}"] + [f"heldout/failure_{n}_s{HELDOUT_SEED}{x}"
+                                                         for n in FAILURES for x in ("", "_fixed")]
     for n in names:
         write(n, history_of(n))
         print("wrote", DATA / f"{n}.jsonl", flush=True)
