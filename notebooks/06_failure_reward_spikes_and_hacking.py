@@ -147,7 +147,8 @@ fig = compare_runs(hacks, keys=("reward", "gold_reward", "completions/mean_lengt
 #
 # In smoke mode the runs are too short for the failures to develop: only the single-group
 # arithmetic of section 1 and the pipeline are asserted; the full run asserts that each failure is
-# detected and what its fix does, as measured.
+# the first finding of its run, that its fixed run reports nothing (a jackpot that group z-scores
+# bound no longer dominates the advantages, so it is not reported), and what its fix does, as measured.
 
 # %%
 def summary(r, kind):
@@ -155,6 +156,7 @@ def summary(r, kind):
     tail = r.history[-20:]
     mean = lambda k: sum(m[k] for m in tail if k in m) / max(sum(1 for m in tail if k in m), 1)
     return {"detected_at": f.step if f else None, "evidence": sorted(f.evidence) if f else [],
+            "first_finding": r.findings[0].kind if r.findings else None, "findings": r.kinds(),
             "final_accuracy": r.run.evals[-1][1], "max_abs_adv": max(m["advantages/max_abs"] for m in r.history),
             "gold_reward_tail": mean("gold_reward"), "reward_tail": mean("reward"),
             "reward_head": sum(m["reward"] for m in r.history[:10]) / len(r.history[:10])}
@@ -167,6 +169,9 @@ for k, v in lab.items():
           f"max |A| {v['max_abs_adv']:.2f}  gold (last 20) {v['gold_reward_tail']:.3f}")
 if not SMOKE:
     assert lab["reward_spike"]["detected_at"] is not None
+    for name in ("reward_spike", "reward_hacking"):  # the cause comes first; the fix leaves nothing to report
+        assert lab[name]["first_finding"] == name, lab[name]["findings"]
+        assert lab[name + " + fix"]["findings"] == [], lab[name + " + fix"]["findings"]
     assert lab["reward_spike"]["max_abs_adv"] > 10 * lab["reward_spike + fix"]["max_abs_adv"]
     assert lab["reward_hacking"]["detected_at"] is not None and lab["reward_hacking + fix"]["detected_at"] is None
     assert lab["reward_hacking"]["reward_tail"] > lab["reward_hacking"]["reward_head"]  # the proxy reward climbs

@@ -96,8 +96,8 @@ print(verdicts["unstable reward -> larger or fixed groups"]["verdict"])
 #
 # **Symptom.** `FAILURES["entropy_collapse"]`: every group's completions become copies of each
 # other. **Advised:** an entropy bonus (`entropy_coef=0.01`) and fewer groups per step (8 prompts
-# instead of 16). **Alternative:** the fix `diagnose` proposes (the default learning rate with decay
-# and a KL penalty).
+# instead of 16). **Alternative:** the fix `diagnose` proposes first (one update per batch instead of
+# eight, with the default cosine decay).
 
 # %%
 row2 = {

@@ -36,33 +36,54 @@ def test_every_failure_has_a_measured_run():
 
 
 @pytest.mark.parametrize("name", MEASURED)
-def test_each_failure_run_is_detected_and_names_its_evidence(name):
+def test_each_failure_run_is_named_first_with_its_evidence(name):
     f = FAILURES[name]
     h = read_history(DATA / f"failure_{name}.jsonl")
-    found = {x.kind: x for x in diagnose(h)}
-    assert f.kind in found, (name, sorted(found))
-    finding = found[f.kind]
+    found = diagnose(h)
+    assert found and found[0].kind == f.kind and found[0].consequence_of is None, [x.summary() for x in found]
+    finding = found[0]
     assert finding.evidence and all(isinstance(k, str) for k in finding.evidence)
     json.dumps(finding.to_dict())
     assert 1 <= finding.step <= len(h)
 
 
-def test_every_kind_is_reproduced_by_some_failure():
-    assert {f.kind for f in FAILURES.values()} == set(KINDS)
+# Held-out runs: seed 11 (tools/diag_fixtures.py heldout), written after every threshold and ordering
+# rule in diagnostics.py was set; nothing was tuned on them. Each failure's first finding must be its own
+# kind, its fixed run and the healthy demo run must report nothing (one fixed run misses: HELDOUT_MISSES).
+HELDOUT = DATA / "heldout"
+HELDOUT_SEED = 11
 
 
-def test_failure_configs_validate_and_fixes_change_them():
-    for name, f in FAILURES.items():
-        broken, fixed = failure_config(name), failure_config(name, fixed=True)
-        assert broken != fixed and broken.steps == f.steps, name
+def test_the_held_out_set_is_complete():
+    assert (HELDOUT / f"healthy_seed{HELDOUT_SEED}.jsonl").is_file()
+    for name in FAILURES:
+        for x in ("", "_fixed"):
+            assert (HELDOUT / f"failure_{name}_s{HELDOUT_SEED}{x}.jsonl").is_file(), (name, x)
 
 
-@pytest.mark.parametrize("name", ["sign_error"])
-def test_a_short_failure_run_is_deterministic_and_detected(name):
-    a = run_failure(name, seed=0, steps=25, threads=1, eval_size=20)
-    b = run_failure(name, seed=0, steps=25, threads=1, eval_size=20)
-    assert [m["reward"] for m in a.history] == [m["reward"] for m in b.history]
-    assert FAILURES[name].kind in a.kinds()
+def test_held_out_healthy_run_is_quiet():
+    h = read_history(HELDOUT / f"healthy_seed{HELDOUT_SEED}.jsonl")
+    assert len(h) == 500
+    assert diagnose(h) == [], [f.summary() for f in diagnose(h)]
+
+
+@pytest.mark.parametrize("name", sorted(FAILURES))
+def test_held_out_failure_is_named_first(name):
+    broken = diagnose(read_history(HELDOUT / f"failure_{name}_s{HELDOUT_SEED}.jsonl"))
+    assert broken and broken[0].kind == FAILURES[name].kind, [f.summary() for f in broken]
+
+
+# The one held-out miss, kept as measured rather than tuned away: with the jackpot judge (200, p=0.005)
+# the 3-step start level of reward_decline is a mean that one jackpot lifts (steps 1-3 of this run),
+# so the fixed run's ordinary reward afterwards reads as a decline (reward_decline at step 21).
+HELDOUT_MISSES = {"grad_explosion": "reward_decline: a jackpot in the first three steps lifts the start level"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=HELDOUT_MISSES[n], strict=True))
+                                  if n in HELDOUT_MISSES else n for n in sorted(FAILURES)])
+def test_held_out_fix_reports_nothing(name):
+    fixed = diagnose(read_history(HELDOUT / f"failure_{name}_s{HELDOUT_SEED}_fixed.jsonl"))
+    assert fixed == [], [f.summary() for f in fixed]
 
 
 @pytest.mark.full
@@ -97,7 +118,9 @@ def test_full_failure_runs_detected(name):
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps({"findings": [f.to_dict() for f in r.findings],
                                                   "evals": r.run.evals, "steps": r.run.step}, indent=1, default=str))
-    assert FAILURES[name].kind in r.kinds(), [f.summary() for f in r.findings]
+    assert r.findings and r.findings[0].kind == FAILURES[name].kind, [f.summary() for f in r.findings]
+    fixed = run_failure(name, seed=0, fixed=True)
+    assert fixed.findings == [], [f.summary() for f in fixed.findings]
     assert FAILURES[name].kind in [f.kind for f in r.run.findings]  # the live check found it too
 
 
