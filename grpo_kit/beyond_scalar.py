@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from . import critic, judges
+from . import critic, judges, resolve
 from .advantages import hybrid_gae_terms, pairwise_winrate, process_advantages
 from .errors import CheckpointError, ConfigError, RewardError
 from .inference import columns_of
@@ -114,7 +114,7 @@ def resolve_step_judge(spec) -> Callable:
         return spec
     if spec in STEP_JUDGES:
         return STEP_JUDGES[spec]
-    f = judges._import(spec)
+    f = judges.import_object(spec)
     if not callable(f):
         raise ConfigError(f"step_judge {spec!r} is a {type(f).__name__}, not a function")
     return f
@@ -286,7 +286,7 @@ def resolve_pairwise_judge(spec, temperature: float | None = None) -> PairwiseJu
     """One ``pairwise_judges`` entry -> a :class:`PairwiseJudge`.
 
     - ``"correctness"`` / ``"closeness"``: the shipped rules of ``preferences.py``;
-    - ``"learned:PATH"``: the scalar reward function ``judges.resolve_reward_func("learned:PATH")`` gives;
+    - ``"learned:PATH"``: the scalar reward function ``resolve.resolve_reward_func("learned:PATH")`` gives;
     - ``"reward:SPEC"``: any ``reward_funcs`` entry (``"reward:exact_answer"``), as a scalar judge;
     - ``"package.module:function"``: a rule ``rule(prompt, a, b, **columns) -> v in [-1, 1]``;
     - a callable: a rule.
@@ -300,12 +300,12 @@ def resolve_pairwise_judge(spec, temperature: float | None = None) -> PairwiseJu
     if spec in PAIRWISE_RULES:
         return PairwiseJudge(spec, partial(rule_verdicts, PAIRWISE_RULES[spec]))
     if spec.startswith("learned:"):
-        return PairwiseJudge(spec, partial(_scalar_verdicts, judges.resolve_reward_func(spec), temperature))
+        return PairwiseJudge(spec, partial(_scalar_verdicts, resolve.resolve_reward_func(spec), temperature))
     if spec.startswith("reward:"):
-        return PairwiseJudge(spec, partial(_scalar_verdicts, judges.resolve_reward_func(spec[len("reward:"):]),
+        return PairwiseJudge(spec, partial(_scalar_verdicts, resolve.resolve_reward_func(spec[len("reward:"):]),
                                            temperature))
     if ":" in spec:
-        rule = judges._import(spec)
+        rule = judges.import_object(spec)
         if not callable(rule):
             raise ConfigError(f"pairwise judge {spec!r} is a {type(rule).__name__}, not a function")
         return PairwiseJudge(spec, partial(rule_verdicts, rule))

@@ -93,7 +93,7 @@ class GRPOConfig:
     ``{"function": "trl.rewards:get_soft_overlong_punishment", "args": {"max_completion_len": 8,
     "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
     judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
-    timeout and retries through the factory ``grpo_kit.serve:remote_reward``); they get TRL's keyword
+    timeout and retries through the factory ``grpo_kit.remote:remote_reward``); they get TRL's keyword
     arguments (see judges.py). Callables can be passed to ``setup()`` directly. Validating a config checks
     each entry's form only; ``setup()`` (train) and ``serve-judge`` import the modules and call the factories,
     which runs their code as a Python script would."""

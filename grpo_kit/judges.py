@@ -13,7 +13,8 @@ included (``tests/test_trl_rewards.py``), and vice versa. Return ``None`` for a 
 cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
 ``"package.module:function"``, or a factory with arguments as ``{"function":
 "trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as
-``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (see :func:`resolve_reward_func`).
+``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (``resolve.resolve_reward_func``
+turns each into a function).
 
 Reward functions only read text; they never execute it.
 
@@ -90,7 +91,7 @@ def check_import_path(path: str, what: str = "reward function") -> None:
         raise ConfigError(f"{what} {path!r}: write an importable one as 'package.module:function'")
 
 
-def _import(path: str):
+def import_object(path: str):
     """``"package.module:attr"`` -> the object; ConfigError naming what is missing. This imports the
     module, which runs its code: only the commands that score call it (see :func:`check_reward_spec`)."""
     import importlib
@@ -108,48 +109,12 @@ def _import(path: str):
     return obj
 
 
-def resolve_reward_func(spec) -> RewardFunc:
-    """One ``reward_funcs`` entry -> a callable.
-
-    - a callable: itself;
-    - a name of ``REWARD_FUNCS`` (``"exact_answer"``);
-    - ``"package.module:function"``: that function, imported (``"trl.rewards:think_format_reward"``);
-    - ``{"function": "package.module:factory", "args": {...}}``: ``factory(**args)``, for reward
-      functions built by a factory (``trl.rewards:get_soft_overlong_punishment``);
-    - ``"learned:PATH"``: a learned judge saved by ``grpo-kit train-judge`` (loaded once per process;
-      see ``learned_judge.learned_reward``);
-    - ``"remote:URL"``: a judge served over HTTP with OpenRLHF's remote reward model protocol
-      (``grpo-kit serve-judge``; see ``serve.remote_reward``, whose factory form sets the timeout
-      and retries).
-    Raises :class:`ConfigError` naming the entry and what is wrong. This imports the module and calls the
-    factory an entry names, running their code; :func:`check_reward_spec` checks the form without that.
-    """
-    check_reward_spec(spec)
-    if callable(spec):
-        return spec
-    if isinstance(spec, dict):
-        factory = _import(spec["function"])
-        try:
-            f = factory(**spec.get("args", {}))
-        except TypeError as e:
-            raise ConfigError(f"reward function factory {spec['function']!r} rejected args {spec.get('args')}: {e}") from None
-    elif isinstance(spec, str) and spec in REWARD_FUNCS:
-        return _text_view(REWARD_FUNCS[spec])
-    elif isinstance(spec, str) and spec.startswith(("learned:", "remote:")):
-        return _text_view(_judge_from_prefix(spec))
-    else:
-        f = _import(spec)
-    if not callable(f):
-        raise ConfigError(f"reward function {spec!r} is a {type(f).__name__}, not a function")
-    return f
-
-
 def check_reward_spec(spec) -> None:
     """One ``reward_funcs`` entry checked by its form only, as ``GRPOConfig.validate`` does: nothing is
     imported, called or loaded, so reading, validating, printing or exporting a config runs none of
     the code it names. Raises :class:`ConfigError` naming the entry (an unknown name, a malformed
     ``"package.module:function"``, factory or ``learned:``/``remote:`` entry); a module that fails to
-    import, a missing function or a factory rejecting its args is found by :func:`resolve_reward_func`,
+    import, a missing function or a factory rejecting its args is found by ``resolve.resolve_reward_func``,
     when a command scores (``train``, ``eval``, ``serve-judge``).
     """
     if callable(spec) or (isinstance(spec, str) and spec in REWARD_FUNCS):
@@ -171,40 +136,6 @@ def check_reward_spec(spec) -> None:
         raise ConfigError(f"unknown reward function {spec!r}: choose from {sorted(REWARD_FUNCS)}, name an importable "
                           f"one as 'package.module:function', a saved learned judge as 'learned:DIR', a served one as "
                           f"'remote:URL', or pass a callable")
-
-
-def _judge_from_prefix(spec: str) -> RewardFunc:
-    """``"learned:PATH"`` or ``"remote:URL"`` -> the reward function; ConfigError naming the entry."""
-    from .errors import CheckpointError
-
-    kind, _, where = spec.partition(":")
-    try:
-        if kind == "learned":
-            from .learned_judge import learned_reward
-
-            return learned_reward(where)
-        from .serve import remote_reward
-
-        return remote_reward(where)
-    except CheckpointError as e:
-        raise ConfigError(f"reward function {spec!r}: {e}") from None
-
-
-def _text_view(f: RewardFunc) -> RewardFunc:
-    """A shipped judge (which reads text) that also takes TRL's conversational format: message
-    lists are read as their last message's content; strings pass through."""
-    import functools
-
-    @functools.wraps(f)
-    def judge_text(prompts, completions, **kwargs):
-        return f(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
-
-    return judge_text
-
-
-def get_reward_funcs(names: Sequence) -> list[RewardFunc]:
-    """Every ``reward_funcs`` entry resolved (see :func:`resolve_reward_func`)."""
-    return [resolve_reward_func(n) for n in names]
 
 
 class RewardLog:
@@ -830,6 +761,18 @@ def _text(x) -> str:
                       f"{{'role', 'content'}} messages")
 
 
+def text_view(f: RewardFunc) -> RewardFunc:
+    """A judge that reads text, also taking TRL's conversational format: message lists are read as
+    their last message's content; strings pass through (``functools.wraps`` keeps its name)."""
+    import functools
+
+    @functools.wraps(f)
+    def judge_text(prompts, completions, **kwargs):
+        return f(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
+
+    return judge_text
+
+
 def to_trl(judge: RewardFunc) -> RewardFunc:
     """A kit judge as a TRL reward function (``GRPOTrainer(reward_funcs=[to_trl(j)])``).
 
@@ -837,9 +780,7 @@ def to_trl(judge: RewardFunc) -> RewardFunc:
     their last message's text) and keeps the judge's name for TRL's logs. TRL's extra keyword
     arguments (``completion_ids``, ``trainer_state``, dataset columns) pass through.
     """
-    def trl_reward(prompts, completions, **kwargs):
-        return judge(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
-
+    trl_reward = text_view(judge)
     trl_reward.__name__ = _name(judge)
     return trl_reward
 
@@ -941,3 +882,16 @@ def agreement(labels: torch.Tensor, ensemble: torch.Tensor | None = None, names:
         e = ensemble.to(torch.float64).reshape(-1)  # (N,)
         out["with_ensemble"] = {n: frac(x[k], e) for k, n in enumerate(names)}
     return out
+
+
+def __getattr__(name: str):
+    """``judges.resolve_reward_func`` and ``judges.get_reward_funcs`` moved to :mod:`grpo_kit.resolve`
+    (they load saved and served judges, which build on this module); the old names still work, with a
+    DeprecationWarning, for one release."""
+    if name in ("resolve_reward_func", "get_reward_funcs"):
+        import importlib
+        import warnings
+
+        warnings.warn(f"grpo_kit.judges.{name} moved to grpo_kit.resolve.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("grpo_kit.resolve"), name)
+    raise AttributeError(f"module 'grpo_kit.judges' has no attribute {name!r}")

@@ -23,8 +23,7 @@ from pathlib import Path
 import torch
 
 from .errors import CheckpointError, ConfigError
-from .memory import LORA_TARGETS
-
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": list(LORA_TARGETS)}
 ADAPTER_FILE = "adapter_model.safetensors"  # what peft's save_pretrained writes
 

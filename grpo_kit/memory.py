@@ -42,8 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ConfigError
-
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from .lora import LORA_TARGETS, lora_settings
 GiB = 2**30
 
 
@@ -213,7 +212,6 @@ def estimate_for_config(cfg, model_config, prompt_len: int, completion_len: int 
     ``completion_len`` defaults to ``max_completion_length``, ``device`` to where ``cfg`` trains."""
     import torch
 
-    from .lora import lora_settings
 
     if device is None:
         device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"

@@ -123,29 +123,25 @@ def as_rollouts(entries: list[dict], pad_id: int, device) -> tuple[Rollouts, tor
 
 # ---------------------------------------------------------------- what train.py calls
 
-def take_for_step(run, cfg) -> list[dict]:
-    """The groups this step replays: round(replay_fraction * P) of the current G, if the buffer has them."""
-    from .schedules import state
-
-    buf = state(run).replay
+def take_for_step(buf: ReplayBuffer | None, cfg, step: int) -> list[dict]:
+    """The groups step ``step`` replays from ``buf`` (None: replay is off): round(replay_fraction * P)
+    of the current G, if the buffer has them."""
     if buf is None:
         return []
     k = round(cfg.replay_fraction * cfg.num_prompts)
     k = min(k, cfg.num_prompts - 1)  # at least one fresh group per step
-    return buf.take(k, cfg.num_generations, run.step + 1) if k > 0 else []
+    return buf.take(k, cfg.num_generations, step) if k > 0 else []
 
 
-def mix(run, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: list[dict]):
+def mix(run, buf: ReplayBuffer, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: list[dict]):
     """Store the fresh groups in the buffer and append the replayed ones to the batch.
 
     Returns (rollouts, advantages (B,), sample_mask (B,) or None, train_step keyword arguments
     ``behaviour_logp``/``behaviour_rows`` (empty when nothing is replayed), metrics).
     """
     from .sampling import row_temperatures
-    from .schedules import state
     from .step import batch_logprobs, micro_slices, run_autocast, scoring
 
-    buf = state(run).replay
     device = fresh.completion_ids.device
     ctx = run_autocast(cfg, device)
     step = run.step + 1  # the step being taken (metrics["step"])

@@ -388,7 +388,7 @@ def task_items(names: list[str]) -> list[dict]:
 
 def plan_step(run) -> StepPlan:
     """This step's G, P, prompt pool and reward functions from the schedules and the state."""
-    from .judges import get_reward_funcs
+    from .resolve import get_reward_funcs
 
     cfg, st = run.cfg, state(run)
     frac = progress(run)

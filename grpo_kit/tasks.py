@@ -26,6 +26,47 @@ from .errors import DataError
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
+
+# ---------------------------------------------------------------- item columns
+
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+"""Keyword arguments a reward function receives from the kit or from TRL; no dataset column may take these names."""
+
+
+def check_columns(items: list[dict], where: str = "items", positions: list | None = None) -> list[str]:
+    """The extra columns of ``items`` (all but ``prompt``, in first-seen order), checked per item.
+
+    A column missing from some items, or named like a reward-function argument
+    (:data:`RESERVED_COLUMNS`), is a :class:`DataError` naming the column and the items
+    (``positions`` labels them, e.g. file lines; default: 1-based item numbers).
+    """
+    keys: dict[str, None] = {}
+    for it in items:
+        keys.update(dict.fromkeys(k for k in it if k != "prompt"))
+    clash = [k for k in keys if k in RESERVED_COLUMNS]
+    if clash:
+        raise DataError(f"{where}: column {clash[0]!r} has the name of a reward-function argument "
+                        f"({', '.join(RESERVED_COLUMNS)}); rename the column")
+    label = positions or list(range(1, len(items) + 1))
+    for k in keys:
+        missing = [label[i] for i, it in enumerate(items) if k not in it]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            raise DataError(f"{where}: column {k!r} is missing in {len(missing)} of {len(items)} rows "
+                            f"({'line' if positions else 'item'}{'s' if len(missing) > 1 else ''} {shown}); every row needs the same columns "
+                            f"(write null for a missing value) so that every row is scored the same way")
+    return list(keys)
+
+
+def columns_of(items: list[dict], repeat: int = 1) -> dict[str, list]:
+    """Extra columns of items (everything but ``prompt``), each value repeated ``repeat`` times.
+
+    Built from every item (see :func:`check_columns`), not from the first one only.
+    """
+    keys = check_columns(items)
+    return {k: [it[k] for it in items for _ in range(repeat)] for k in keys}
+
+
 def write_number(value: int, reverse_digits: bool) -> str:
     """How the model writes a number: sign first, then the digits (reversed if asked)."""
     digits = str(abs(value))
@@ -281,8 +322,6 @@ def _scan(path: Path, make) -> tuple[list[dict], list[int], list[tuple[int, str]
 def _load(path, kind: str, on_bad_row: str) -> list[dict]:
     if on_bad_row not in ON_BAD_ROW:
         raise DataError(f"on_bad_row={on_bad_row!r}: choose 'raise' or 'skip'")
-    from .inference import check_columns
-
     if kind not in ("auto", "gsm8k", "kit"):
         raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
     items, lines, bad = _scan(Path(path), {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind))

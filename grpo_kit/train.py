@@ -33,14 +33,15 @@ from . import beyond_scalar, dynamic, judges, lora, memory, replay, schedules
 from .advantages import estimate_advantages, masked_advantages
 from .config import GRPOConfig
 from .errors import CheckpointError, ConfigError, GRPOKitError, RunFolderError, StopRequested, TrainingError
-from .inference import check_columns, check_prompts, columns_of, greedy_accuracy
-from .judges import RewardLog, get_reward_funcs, score_with_policy
+from .inference import check_prompts, greedy_accuracy
+from .judges import RewardLog, score_with_policy
+from .resolve import get_reward_funcs
 from .runfolder import RunLock, append_line, atomic_write_text, disk_full, has_run, is_disk_full
 from .metrics import completion_rows, correct_mask, distinct_frac, group_samples, length_metrics, reward_metrics
 from .sampling import chat_items
 from .schedules import lr_lambda  # the learning-rate schedule (population.py and tests import it from here)
 from .step import train_step
-from .tasks import get_task, load_items, heldout_split
+from .tasks import check_columns, columns_of, get_task, heldout_split, load_items
 from .tiny import load_model, resolve_model
 
 
@@ -181,7 +182,8 @@ def grpo_step(run: Run) -> dict:
     t0 = time.perf_counter()
     plan = schedules.plan_step(run)  # [steer] G, P, task pool, reward functions of this step
     cfg, G = plan.cfg, plan.cfg.num_generations
-    replayed = replay.take_for_step(run, cfg)  # [steer] groups from the replay buffer ([] when off)
+    buf = schedules.state(run).replay  # [steer] the replay buffer (None when off)
+    replayed = replay.take_for_step(buf, cfg, run.step + 1)  # [steer] replayed groups ([] when off)
     P = cfg.num_prompts - len(replayed)
     reward_log = RewardLog()  # what reward functions log through TRL's log_metric / log_extra
     _items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
@@ -198,7 +200,7 @@ def grpo_step(run: Run) -> dict:
                                   weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
     extra, behaviour, fresh, fresh_adv = {}, {}, rollouts, adv
     if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
-        rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, cfg, rollouts, adv, sample_mask, replayed)
+        rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, buf, cfg, rollouts, adv, sample_mask, replayed)
     if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
         for group in run.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps * cfg.num_iterations)  # counts updates

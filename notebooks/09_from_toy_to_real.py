@@ -79,7 +79,8 @@ from grpo_kit.cli import main as cli_main
 from grpo_kit.dashboard import Dashboard
 from grpo_kit.diagnostics import read_history
 from grpo_kit.inference import columns_of, greedy_accuracy
-from grpo_kit.judges import get_reward_funcs, score_each
+from grpo_kit.judges import score_each
+from grpo_kit.resolve import get_reward_funcs
 from grpo_kit.lora import peft_config
 from grpo_kit.memory import (
     GiB,

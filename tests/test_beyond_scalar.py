@@ -214,18 +214,20 @@ def test_a_scalar_judge_gives_the_centred_rank():
 
 
 def test_learned_judges_wrap_the_scalar_reward_function_judges_resolves(monkeypatch):
-    # judges.resolve_reward_func("learned:PATH") loads a learned judge; stubbed here with a scalar
+    # resolve.resolve_reward_func("learned:PATH") loads a learned judge; stubbed here with a scalar
     # judge whose scores are known (the completion's length), so the matrix can be checked by hand
-    asked = []
-    real = judges.resolve_reward_func
+    from grpo_kit import resolve
 
-    def resolve(spec):
+    asked = []
+    real = resolve.resolve_reward_func
+
+    def resolve_stub(spec):
         if isinstance(spec, str) and spec.startswith("learned:"):
             asked.append(spec)
             return lambda prompts, completions, **_: [float(len(c)) for c in completions]
         return real(spec)
 
-    monkeypatch.setattr(judges, "resolve_reward_func", resolve)
+    monkeypatch.setattr(resolve, "resolve_reward_func", resolve_stub)
     hard = bs.resolve_pairwise_judge("learned:/tmp/judge")
     m, _ = bs.pairwise_preferences([hard], ["?"], [["a", "abc", "ab"]], {})
     approx(m[0], [[0, -1, -1], [1, 0, 1], [1, -1, 0]])

@@ -17,7 +17,7 @@ import pytest
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
-from grpo_kit.judges import get_reward_funcs
+from grpo_kit.resolve import get_reward_funcs
 from grpo_kit.sampling import chat_items, render_prompt, uses_chat_template
 from grpo_kit.tasks import DATASETS_DIR, heldout_split, load_gsm8k, load_items
 from grpo_kit.tiny import build_tokenizer

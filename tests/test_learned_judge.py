@@ -9,7 +9,8 @@ import torch
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
-from grpo_kit.judges import resolve_reward_func, score
+from grpo_kit.judges import score
+from grpo_kit.resolve import resolve_reward_func
 from grpo_kit.learned_judge import (
     METADATA,
     as_reward,

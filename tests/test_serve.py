@@ -11,7 +11,8 @@ import torch
 
 from grpo_kit.cli import main
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.judges import exact_answer, format_reward, judge, resolve_reward_func
+from grpo_kit.judges import exact_answer, format_reward, judge
+from grpo_kit.resolve import resolve_reward_func
 from grpo_kit.serve import (
     BadRequest,
     completions_from_queries,

@@ -5,7 +5,8 @@ import pytest
 from test_answers import CASES, LIMITS
 
 from grpo_kit.errors import RewardError
-from grpo_kit.judges import REWARD_FUNCS, math_answer, resolve_reward_func
+from grpo_kit.judges import REWARD_FUNCS, math_answer
+from grpo_kit.resolve import resolve_reward_func
 from grpo_kit.symbolic import math_verify_answer
 
 

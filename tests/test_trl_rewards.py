@@ -11,7 +11,7 @@ from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError, DataError
 from grpo_kit.tiny import load_model
-from grpo_kit.judges import resolve_reward_func
+from grpo_kit.resolve import resolve_reward_func
 from grpo_kit.train import grpo_step, setup
 
 TINY = dict(num_prompts=2, num_generations=2, max_completion_length=8, steps=2, eval_size=2, eval_every=0,

@@ -6,7 +6,7 @@ What is shared with the kit's engine: the config (``cfg.to_trl()`` maps it and r
 cannot express), the model and tokenizer (``tiny.load_model``: the shipped tiny model or any
 ``from_pretrained`` path), the training and held-out items (``train.run_items``: the dataset
 file or the task, chat-template prompts included) as a ``datasets.Dataset``, and the reward
-function objects (``judges.get_reward_funcs``, which already take TRL's keyword arguments and
+function objects (``resolve.get_reward_funcs``, which already take TRL's keyword arguments and
 its conversational format). TRL samples, scores and updates.
 
 :class:`KitHistory`, a ``TrainerCallback``, turns TRL's logs into the kit's per-step metric
@@ -268,7 +268,7 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
 
     from datasets import Dataset
 
-    from ..judges import get_reward_funcs
+    from ..resolve import get_reward_funcs
     from ..tiny import load_model
     from ..train import capped_threads, run_items
 
