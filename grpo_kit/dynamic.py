@@ -18,15 +18,30 @@ Also here: the rollout surgery that dynamic sampling and the replay buffer need
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from .advantages import zero_std_groups
-from .inference import columns_of
 from .judges import is_conversational, score_with_policy, trl_reward_kwargs
 from .sampling import Rollouts, render_prompt, sample_groups
 from .step import run_autocast
+from .tasks import columns_of
 
 # ---------------------------------------------------------------- the stopping rule and the choice (pure)
+
+@dataclass
+class Batch:
+    """The groups one step trains on, as :func:`sample_batch` collects them."""
+    items: list[dict]        # the P dataset rows, one per group
+    rollouts: Rollouts       # P*G completions, group-major
+    rewards: torch.Tensor    # (P, G) combined reward (NaN where a sample's reward was bad)
+    per_func: torch.Tensor   # (P*G, K) one column per reward function
+    bad: torch.Tensor        # (P, G) bool: a reward function failed on the sample
+    reasons: list[str]       # what went wrong, one line per bad sample
+    drawn: torch.Tensor      # (rounds*P, G) rewards of every group sampled (dynamic sampling draws more)
+    info: dict = field(default_factory=dict)  # completions_generated, dynamic/* counts
+
 
 def enough(kept_per_round: list[list[bool]], P: int, max_rounds: int) -> bool:
     """Stop drawing when P groups are kept or ``max_rounds`` rounds are drawn."""
@@ -81,15 +96,14 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 # ---------------------------------------------------------------- one step's batch
 
 def sample_batch(run, cfg, pool: list[dict], reward_funcs, P: int | None = None, reward_log=None,
-                 trainer_state=None):
+                 trainer_state=None) -> Batch:
     """P groups of G = ``cfg.num_generations`` from ``pool``: one round, or dynamic sampling's rounds.
 
     Sampling runs under the run's autocast (the dtypes that score it, see step.py); reward
     functions get TRL's keyword arguments (``completion_ids``, ``trainer_state``, ``log_extra``,
     ``log_metric`` into ``reward_log``) and, for conversational prompts, TRL's message format.
 
-    Returns (items, rollouts, rewards (P, G), per_func (P*G, K), bad (P, G), reasons,
-    all_rewards (rounds*P, G) of every group drawn, info dict of floats).
+    Returns a :class:`Batch`.
     """
     P = cfg.num_prompts if P is None else P
     G = cfg.num_generations
@@ -123,7 +137,7 @@ def sample_batch(run, cfg, pool: list[dict], reward_funcs, P: int | None = None,
                      "dynamic/groups_kept": float(sum(flags[r][g] for r, g in chosen))})
     if len(rounds) == 1 and chosen == [(0, g) for g in range(P)]:
         items, ro, rewards, per_func, bad, reasons = rounds[0]
-        return items, ro, rewards, per_func.reshape(P * G, -1), bad, reasons, all_rewards, info
+        return Batch(items, ro, rewards, per_func.reshape(P * G, -1), bad, reasons, all_rewards, info)
     pad = run.tokenizer.pad_token_id
     parts = [take_groups(rounds[r][1], [g]) for r, g in chosen]
     items = [rounds[r][0][g] for r, g in chosen]
@@ -131,4 +145,4 @@ def sample_batch(run, cfg, pool: list[dict], reward_funcs, P: int | None = None,
     per_func = torch.stack([rounds[r][3][g] for r, g in chosen]).reshape(P * G, -1)  # (B, K)
     bad = torch.stack([rounds[r][4][g] for r, g in chosen])  # (P, G)
     reasons = [s for r in rounds for s in r[5]]
-    return items, cat_rollouts(parts, pad), rewards, per_func, bad, reasons, all_rewards, info
+    return Batch(items, cat_rollouts(parts, pad), rewards, per_func, bad, reasons, all_rewards, info)

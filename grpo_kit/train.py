@@ -173,68 +173,85 @@ def run_items(cfg: GRPOConfig, policy, tokenizer, train_items=None, eval_items=N
 
 
 def grpo_step(run: Run) -> dict:
-    """One step: P prompts -> P*G completions -> rewards (P, G) -> advantages -> update.
+    """One step as named stages: plan -> collect -> advantages -> replay -> update -> metrics -> steer.
 
+    P prompts -> P*G completions -> rewards (P, G) -> advantages -> one update of the policy.
     [steer] This step's G, P, prompt pool and reward functions come from ``schedules.plan_step``;
     ``dynamic.sample_batch`` draws the groups (more rounds with dynamic sampling) and
     ``replay.mix`` adds replayed groups (see schedules.py, dynamic.py, replay.py).
     """
     t0 = time.perf_counter()
     plan = schedules.plan_step(run)  # [steer] G, P, task pool, reward functions of this step
-    cfg, G = plan.cfg, plan.cfg.num_generations
+    cfg = plan.cfg
     buf = schedules.state(run).replay  # [steer] the replay buffer (None when off)
     replayed = replay.take_for_step(buf, cfg, run.step + 1)  # [steer] replayed groups ([] when off)
-    P = cfg.num_prompts - len(replayed)
     reward_log = RewardLog()  # what reward functions log through TRL's log_metric / log_extra
-    _items, rollouts, rewards, per_func, bad, reasons, drawn, info = dynamic.sample_batch(
-        run, cfg, plan.items, plan.reward_funcs, P, reward_log, trainer_state(run))  # rewards, bad (P, G); per_func (P*G, K)
-    sample_mask, estimator_metrics = None, {}
-    if cfg.reward_error_policy == "skip" and bool(bad.any()):  # validate(): only with advantage_estimator='grpo'
-        adv = masked_advantages(rewards, ~bad, cfg.scale_rewards)  # (P, G) 0 for the bad samples
-        sample_mask = ~bad
-    elif cfg.advantage_estimator in beyond_scalar.ONLINE:  # step judge, value head or pairwise judges
-        adv, estimator_metrics = beyond_scalar.step_advantages(run, cfg, _items, rollouts, rewards)  # (P, G[, Tc])
-    else:
-        adv = estimate_advantages(cfg.advantage_estimator, rewards, scale_rewards=cfg.scale_rewards,
-                                  objectives=per_func.view(P, G, -1),
-                                  weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
-    extra, behaviour, fresh, fresh_adv = {}, {}, rollouts, adv
+    batch = dynamic.sample_batch(run, cfg, plan.items, plan.reward_funcs, cfg.num_prompts - len(replayed),
+                                 reward_log, trainer_state(run))  # Batch: rewards, bad (P, G); per_func (P*G, K)
+    adv, sample_mask, estimator_metrics = advantages_for(run, cfg, batch)  # (P, G[, Tc]); (P, G) bool or None
+    rollouts, train_adv, behaviour, extra = batch.rollouts, adv, {}, {}
     if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
-        rollouts, adv, sample_mask, behaviour, extra = replay.mix(run, buf, cfg, rollouts, adv, sample_mask, replayed)
+        rollouts, train_adv, sample_mask, behaviour, extra = replay.mix(run, buf, cfg, rollouts, adv, sample_mask,
+                                                                        replayed)
     if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
         for group in run.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps * cfg.num_iterations)  # counts updates
-    metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, adv, cfg, run.scheduler,
+    metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, train_adv, cfg, run.scheduler,
                          sample_mask=sample_mask, **behaviour)
-    if reasons:
-        log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(bad.sum()),
-                    cfg.reward_error_policy, reasons[0])
-    metrics["rewards/bad_samples"] = float(bad.sum())
+    if batch.reasons:
+        log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(batch.bad.sum()),
+                    cfg.reward_error_policy, batch.reasons[0])
+    run.step += 1
+    metrics.update(step_metrics(run, plan, batch, adv, reward_log))
+    metrics.update(extra)
+    metrics.update(estimator_metrics)
+    metrics.update({k: v for k, v in batch.info.items() if k != "completions_generated"})
+    schedules.end_step(run, plan, metrics, batch.info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
+    metrics["step"] = run.step
+    metrics["step_time"] = time.perf_counter() - t0
+    return metrics
+
+
+def advantages_for(run: Run, cfg: GRPOConfig, batch: dynamic.Batch) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+    """The batch's advantages: (P, G) or, for the token-level estimators, (P, G, Tc); the sample mask
+    (P, G) bool when the bad samples are skipped (else None); the estimator's metrics."""
+    P, G = batch.rewards.shape
+    if cfg.reward_error_policy == "skip" and bool(batch.bad.any()):  # validate(): only with advantage_estimator='grpo'
+        return masked_advantages(batch.rewards, ~batch.bad, cfg.scale_rewards), ~batch.bad, {}  # (P, G) 0 if bad
+    if cfg.advantage_estimator in beyond_scalar.ONLINE:  # step judge, value head or pairwise judges
+        adv, metrics = beyond_scalar.step_advantages(run, cfg, batch.items, batch.rollouts, batch.rewards)
+        return adv, None, metrics  # (P, G[, Tc])
+    adv = estimate_advantages(cfg.advantage_estimator, batch.rewards, scale_rewards=cfg.scale_rewards,
+                              objectives=batch.per_func.view(P, G, -1),
+                              weights=cfg.reward_weights)  # (P, G); "grpo" = compute_advantages
+    return adv, None, {}
+
+
+def step_metrics(run: Run, plan, batch: dynamic.Batch, adv: torch.Tensor, reward_log: RewardLog) -> dict:
+    """What a step logs about its fresh groups (replayed ones excluded): bad samples, what the reward
+    functions logged, rewards per function, gold rewards, lengths by right/wrong, distinct completions,
+    the largest advantage, the first group's text and, with ``log_completions``, every group."""
+    cfg, fresh, G = plan.cfg, batch.rollouts, plan.cfg.num_generations
+    metrics = {"rewards/bad_samples": float(batch.bad.sum())}
     metrics.update(reward_log.averages())  # log_metric(name, value) from reward functions, averaged as TRL does
     if reward_log.extra:
         metrics["log_extra"] = reward_log.extra  # log_extra(column, values): per-sample columns
-    run.step += 1
     names = [getattr(f, "__name__", f"func{k}") for k, f in enumerate(plan.reward_funcs)]
-    metrics.update(reward_metrics(drawn, per_func, names))  # drawn (rounds*P, G): every group sampled
-    gold, correct, gold_per = _gold_metrics(run, fresh, _items)  # correct (P*G,) bool by the first gold function
+    metrics.update(reward_metrics(batch.drawn, batch.per_func, names))  # drawn (rounds*P, G): every group sampled
+    gold, correct, gold_per = _gold_metrics(run, fresh, batch.items)  # correct (P*G,) bool by the first gold function
     metrics.update(gold)
     if correct is None:
-        correct = correct_mask(rewards, per_func, names)  # (P*G,) bool: right answers, for the length split
-    per_sample = beyond_scalar.per_completion(fresh_adv, fresh.completion_mask)  # (P, G): token advantages averaged
+        correct = correct_mask(batch.rewards, batch.per_func, names)  # (P*G,) bool: right answers, for the length split
+    per_sample = beyond_scalar.per_completion(adv, fresh.completion_mask)  # (P, G): token advantages averaged
     metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, per_sample.reshape(-1), correct))  # fresh rows
     metrics["completions/distinct_frac"] = distinct_frac(fresh.completions, G)
-    metrics["advantages/max_abs"] = fresh_adv.abs().max().item()
-    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, rewards, per_sample)  # first group, text
+    metrics["advantages/max_abs"] = adv.abs().max().item()
+    metrics["samples"] = group_samples(fresh.prompts, fresh.completions, batch.rewards, per_sample)  # first group
     if cfg.log_completions and run.step % cfg.log_completions_every == 0:  # every group: completions.jsonl
-        metrics["groups"] = completion_rows(run.step, fresh.prompts, fresh.completions, rewards, per_sample, per_func,
-                                            names, gold_per, [_func_name(f, k) for k, f in enumerate(run.gold_funcs)],
+        metrics["groups"] = completion_rows(run.step, fresh.prompts, fresh.completions, batch.rewards, per_sample,
+                                            batch.per_func, names, gold_per,
+                                            [_func_name(f, k) for k, f in enumerate(run.gold_funcs)],
                                             cfg.log_completions_max_groups)
-    metrics.update(extra)
-    metrics.update(estimator_metrics)
-    metrics.update({k: v for k, v in info.items() if k != "completions_generated"})
-    schedules.end_step(run, plan, metrics, info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
-    metrics["step"] = run.step
-    metrics["step_time"] = time.perf_counter() - t0
     return metrics
 
 

@@ -49,8 +49,11 @@ def _crafted(run: Path, marker: Path) -> None:
     torch.save(state, ck / STATE_FILE)
 
 
-def test_old_checkpoint_resumes_and_continues_a_straight_run(tmp_path):
-    run_dir = _old_run(tmp_path)
+# fb12711: before weights_only; a27b882: the code before the core was split into layers
+@pytest.mark.parametrize("folder", ["old_checkpoint", "checkpoint_a27b882"])
+def test_old_checkpoint_resumes_and_continues_a_straight_run(tmp_path, folder):
+    run_dir = tmp_path / "run"
+    shutil.copytree(OLD.parent / folder, run_dir, ignore=shutil.ignore_patterns("README.md"))
     cfg = GRPOConfig.from_yaml(run_dir / "config.yaml").replace(steps=3)
     run = setup(cfg)
     # 2 -> 3 steps moves the cosine rate at step 2 (0 -> 7.5e-05): allowed, both here and in the straight run below

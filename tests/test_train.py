@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, RewardError
 from grpo_kit.train import latest_checkpoint, setup, train
 
@@ -79,3 +80,22 @@ def test_clip_fractions_count_the_later_updates(small_cfg):
     cfg = small_cfg.replace(steps=1, num_iterations=2, epsilon=3e-4, epsilon_high=4e-4)
     two = next(iter(train(cfg, setup(cfg))))
     assert 0.0 < two["clip_ratio/region_mean"] <= 0.5
+
+
+# The keys of one step's metrics, in order, with the default config: the dashboard, the diagnostics,
+# the fixtures and the notebooks read them, so a refactor of the step must keep them.
+STEP_KEYS = ['loss', 'grad_norm', 'learning_rate', 'entropy', 'clip_ratio/low_mean', 'clip_ratio/high_mean',
+             'clip_ratio/region_mean', 'skipped', 'kl', 'rewards/bad_samples', 'reward', 'reward_std',
+             'frac_reward_zero_std', 'rewards/exact_answer/mean', 'completions/mean_length',
+             'completions/min_length', 'completions/max_length', 'completions/clipped_ratio',
+             'completions/mean_length_pos_adv', 'completions/mean_length_neg_adv', 'completions/mean_length_right',
+             'completions/mean_length_wrong', 'completions/clipped_ratio_wrong', 'completions/distinct_frac',
+             'advantages/max_abs', 'samples', 'num_generations', 'num_prompts', 'completions_generated',
+             'completions_total', 'progress', 'step', 'step_time']
+
+
+def test_a_step_logs_the_pinned_metric_keys_in_order():
+    from grpo_kit.train import grpo_step
+
+    cfg = GRPOConfig(steps=2, threads=1, eval_size=10, seed=3)
+    assert list(grpo_step(setup(cfg))) == STEP_KEYS
