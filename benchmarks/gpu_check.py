@@ -90,7 +90,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
     run = setup(cfg, policy=model, tokenizer=tok)
 
     seen = {"rollouts": None, "gen_s": 0.0, "gen_tokens": 0, "first": [], "Tp": 0, "Tc": 0}
-    real_sample, real_loss = dynamic_mod.sample_groups, step_mod.grpo_per_token_loss
+    real_sample, real_loss = dynamic_mod.sample_groups, step_mod.grpo_loss
 
     def sample(*a, **kw):
         sync(device)
@@ -110,7 +110,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
         seen["calls"] += 1
         return real_loss(logp, old, *a, **kw)
 
-    dynamic_mod.sample_groups, step_mod.grpo_per_token_loss = sample, loss
+    dynamic_mod.sample_groups, step_mod.grpo_loss = sample, loss
     try:
         times, metrics = [], []
         for _ in range(args.steps):
@@ -140,7 +140,7 @@ def check_model(name: str, args, device: torch.device) -> dict:
             wb = {k: v.detach().float().cpu() for k, v in run.policy.state_dict().items()}
         resume_diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     finally:
-        dynamic_mod.sample_groups, step_mod.grpo_per_token_loss = real_sample, real_loss
+        dynamic_mod.sample_groups, step_mod.grpo_loss = real_sample, real_loss
 
     est = estimate_memory(config, cfg.num_prompts, cfg.num_generations, seen["Tp"], seen["Tc"], bf16=True,
                           beta=cfg.beta, num_iterations=cfg.num_iterations, device=device.type,

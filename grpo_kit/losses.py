@@ -47,6 +47,8 @@ Every loss is 0 (finite) where it has nothing to average: no preferred pairs, no
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .errors import DataError
@@ -216,3 +218,52 @@ def learned_baseline_loss(seq_logp: torch.Tensor, rewards: torch.Tensor,
     policy = -(adv * seq_logp).mean()
     base = ((rewards - baseline) ** 2).mean()
     return policy, base
+
+
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16/fp32 -> float32; float64 stays float64 (tests compare with TRL in float64)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+@dataclass
+class LossStats:
+    """What one micro-batch's loss logs: masked token sums, kept as () tensors on the device, so that
+    adding micro-batches and updates costs no host sync (``train_step`` reads them once per step)."""
+    clip_low: torch.Tensor               # () tokens whose ratio the lower clip bounds (A < 0)
+    clip_high: torch.Tensor              # () tokens the upper clip bounds (A > 0)
+    entropy: torch.Tensor | None = None  # () summed token entropy (the batch as sampled: first update only)
+    kl: torch.Tensor | None = None       # () summed per-token KL to the reference (first update only)
+
+    def __add__(self, other: "LossStats") -> "LossStats":
+        def add(a, b):
+            return b if a is None else a if b is None else a + b
+        return LossStats(self.clip_low + other.clip_low, self.clip_high + other.clip_high,
+                         add(self.entropy, other.entropy), add(self.kl, other.kl))
+
+
+def grpo_loss(logp, old_logp, ref_logp, adv, mask, *, loss_type: str, beta: float = 0.0, epsilon: float = 0.2,
+              epsilon_high=None, delta=None, level: str = "token", kl_estimator: str = "k3",
+              max_completion_length: int | None = None, num_micro_batches: int = 1, batch_tokens=None,
+              entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
+              log_batch: bool = False) -> tuple[torch.Tensor, LossStats]:
+    """One micro-batch's GRPO loss, the scalar to backpropagate, and its :class:`LossStats`.
+
+    :func:`grpo_per_token_loss` (B, T), aggregated by ``loss_type`` (:func:`aggregate`), minus the
+    entropy bonus when ``entropy_coef != 0`` (``entropy`` (B, T) is then needed). ``log_batch``: also
+    sum the entropy and the KL (the batch as sampled: the first update of a step).
+    """
+    per_token, info = grpo_per_token_loss(logp, old_logp, ref_logp, adv, mask, beta=beta, epsilon=epsilon,
+                                          epsilon_high=epsilon_high, delta=delta, level=level,
+                                          kl_estimator=kl_estimator)  # (B, T)
+    loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
+                     num_micro_batches=num_micro_batches, batch_tokens=batch_tokens)  # ()
+    if entropy_coef != 0:
+        loss = loss - entropy_bonus(at_least_fp32(entropy), mask, entropy_coef, num_micro_batches)
+    mf = mask.float()  # (B, T)
+    # clipping can only act from the second update on (the ratio is 1 at the first)
+    stats = LossStats((info["clip_low"].expand_as(mf) * mf).sum(), (info["clip_high"].expand_as(mf) * mf).sum())
+    if log_batch:
+        stats.entropy = (entropy.detach() * mf).sum()
+        if info["kl"] is not None:
+            stats.kl = (info["kl"].detach() * mf).sum()
+    return loss, stats

@@ -42,7 +42,7 @@ from contextlib import nullcontext
 import torch
 
 from .logprobs import completion_logprobs
-from .losses import aggregate, entropy_bonus, grpo_per_token_loss
+from .losses import LossStats, at_least_fp32, grpo_loss
 from .sampling import Rollouts, row_temperatures
 
 
@@ -53,11 +53,6 @@ def autocast_for(device: torch.device | str, bf16: bool, on_cpu: bool = False):
     if bf16 and (device.type == "cuda" or (device.type == "cpu" and on_cpu)):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
-
-
-def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
-    """bf16/fp16/fp32 -> float32; float64 stays float64 (tests compare with TRL in float64)."""
-    return x if x.dtype == torch.float64 else x.float()
 
 
 def run_autocast(cfg, device):
@@ -144,8 +139,7 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     old_logp = batch_logprobs(policy, rollouts, temps, slices, ctx, **kw) if cfg.num_iterations > 1 else None
 
     params = [p for p in policy.parameters() if p.requires_grad]
-    sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
-    skipped, grad_norm = 0, 0.0
+    total, total_loss, skipped, grad_norm = None, 0.0, 0, 0.0  # LossStats summed over the step
     policy.train()
     lr = optimizer.param_groups[0]["lr"]  # the rate of this step's first update
     for it in range(cfg.num_iterations):
@@ -155,9 +149,8 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             skipped += 1
             continue
         optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss = torch.zeros((), device=device)  # () summed on the device: no host sync per micro-batch
         for s in slices:
-            m = mask[s]
             with ctx:
                 logp, ent = completion_logprobs(policy, rollouts.prompt_ids[s], rollouts.prompt_mask[s],
                                                 rollouts.completion_ids[s], rollouts.completion_mask[s],
@@ -167,38 +160,30 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
             old = old_logp[s] if old_logp is not None else logp.detach()
             if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them
                 old = torch.where(behaviour_rows[s].view(-1, 1).to(old.device), behaviour_logp[s].to(old), old)
-            per_token, info = grpo_per_token_loss(
-                logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], m,
-                beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, delta=cfg.delta,
-                level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator)
-            loss = aggregate(per_token, m, cfg.loss_type, max_completion_length=cfg.max_completion_length,
-                             num_micro_batches=len(slices), batch_tokens=batch_tokens)
-            if cfg.entropy_coef != 0:
-                loss = loss - entropy_bonus(at_least_fp32(ent), m, cfg.entropy_coef, len(slices))
+            loss, stats = grpo_loss(logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], mask[s],
+                                    loss_type=cfg.loss_type, beta=cfg.beta, epsilon=cfg.epsilon,
+                                    epsilon_high=cfg.epsilon_high, delta=cfg.delta,
+                                    level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator,
+                                    max_completion_length=cfg.max_completion_length, num_micro_batches=len(slices),
+                                    batch_tokens=batch_tokens, entropy=ent, entropy_coef=cfg.entropy_coef,
+                                    log_batch=it == 0)  # entropy and KL: the batch as sampled
             loss.backward()
-            step_loss += loss.item()
-            mf = m.float()
-            # clipping can only act from the second update on (the ratio is 1 at the first):
-            # clip fractions are averaged over every update, as TRL logs them
-            sums["low"] += (info["clip_low"].expand_as(mf) * mf).sum().item()
-            sums["high"] += (info["clip_high"].expand_as(mf) * mf).sum().item()
-            if it == 0:  # entropy and KL describe the batch as sampled, before any update
-                sums["entropy"] += (ent.detach() * mf).sum().item()
-                if info["kl"] is not None:
-                    sums["kl"] += (info["kl"].detach() * mf).sum().item()
+            step_loss = step_loss + loss.detach()
+            total = stats if total is None else total + stats  # clip fractions: averaged over every update, as TRL
         gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        grad_norm = float(gn)
-        if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+        loss_value, grad_norm = torch.stack([step_loss.float(), gn.float().to(device)]).tolist()  # one host sync
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             optimizer.zero_grad(set_to_none=True)
             skipped += 1
             continue
         optimizer.step()
-        sums["loss"] += step_loss
+        total_loss += loss_value
     if scheduler is not None:
         scheduler.step()
     ntok = max(batch_tokens.item(), 1.0)
+    sums = _host_sums(total)  # one host sync for the step's logged sums
     metrics = {
-        "loss": sums["loss"] / max(cfg.num_iterations - skipped, 1) if skipped < cfg.num_iterations else float("nan"),
+        "loss": total_loss / max(cfg.num_iterations - skipped, 1) if skipped < cfg.num_iterations else float("nan"),
         "grad_norm": grad_norm,
         "learning_rate": lr,
         "entropy": sums["entropy"] / ntok,
@@ -210,3 +195,15 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
     if ref_logp is not None:
         metrics["kl"] = sums["kl"] / ntok
     return metrics
+
+
+def _host_sums(total: LossStats | None) -> dict[str, float]:
+    """A step's :class:`LossStats` as floats, read from the device in one transfer (zeros when no
+    update ran)."""
+    if total is None:
+        return {"low": 0.0, "high": 0.0, "entropy": 0.0, "kl": 0.0}
+    zero = torch.zeros_like(total.clip_low)
+    vals = torch.stack([total.clip_low, total.clip_high,
+                        zero if total.entropy is None else total.entropy.to(zero),
+                        zero if total.kl is None else total.kl.to(zero)]).tolist()
+    return dict(zip(("low", "high", "entropy", "kl"), vals))

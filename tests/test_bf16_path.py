@@ -126,13 +126,13 @@ def test_bf16_step_samples_under_autocast_and_the_first_ratio_is_one(monkeypatch
     dtypes = []
     hook = run.policy.lm_head.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
     seen = []
-    real = step_mod.grpo_per_token_loss
+    real = step_mod.grpo_loss  # the step calls the pure loss once per micro-batch
 
     def spy(logp, old, *a, **kw):
         seen.append((logp.detach().clone(), old.clone()))
         return real(logp, old, *a, **kw)
 
-    monkeypatch.setattr(step_mod, "grpo_per_token_loss", spy)
+    monkeypatch.setattr(step_mod, "grpo_loss", spy)
     rollouts = {}
     real_sample = dynamic_mod.sample_groups  # grpo_step samples through dynamic.sample_batch
 

@@ -43,8 +43,10 @@ def test_clinic_notebook_smoke(tmp_path):
 @pytest.mark.notebook
 def test_collapse_notebook_full(tmp_path):
     lab = run_notebook(NB / "05_failure_collapse.ipynb", tmp_path / "05.ipynb", timeout=1800)["collapse_lab"]
-    for name in ("entropy_collapse", "kl_blowup", "sign_error"):
-        assert lab[name]["detected_at"] is not None and lab[f"{name} + fix"]["detected_at"] is None
+    kinds = {"entropy_collapse": "entropy_collapse", "kl_blowup": "kl_blowup", "sign_error": "reward_decline"}
+    for name, kind in kinds.items():  # the cause is the first finding; the fix leaves nothing to report
+        assert (lab[name]["first_finding"] or "").startswith(kind + "@"), lab[name]["findings"]
+        assert lab[f"{name} + fix"]["findings"] == [], lab[f"{name} + fix"]["findings"]
 
 
 @pytest.mark.full
@@ -54,6 +56,8 @@ def test_spikes_and_hacking_notebook_full(tmp_path):
                        timeout=1800)["spikes_and_hacking_lab"]
     assert lab["reward_spike"]["detected_at"] is not None and lab["reward_hacking"]["detected_at"] is not None
     assert lab["reward_hacking + fix"]["detected_at"] is None
+    for name in ("reward_spike", "reward_hacking"):
+        assert lab[name]["first_finding"] == name and lab[name + " + fix"]["findings"] == [], lab[name]["findings"]
 
 
 @pytest.mark.full
