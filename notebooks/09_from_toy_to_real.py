@@ -80,7 +80,6 @@ from grpo_kit.dashboard import Dashboard
 from grpo_kit.diagnostics import read_history
 from grpo_kit.inference import columns_of, greedy_accuracy
 from grpo_kit.judges import score_each
-from grpo_kit.resolve import get_reward_funcs
 from grpo_kit.lora import peft_config
 from grpo_kit.memory import (
     GiB,
@@ -92,6 +91,7 @@ from grpo_kit.memory import (
 )
 from grpo_kit.nbtools import record
 from grpo_kit.plotting import plot_history
+from grpo_kit.resolve import get_reward_funcs
 from grpo_kit.sampling import chat_items, render_prompt, sample_groups
 from grpo_kit.tasks import DATASETS_DIR, heldout_split, load_gsm8k
 from grpo_kit.train import pick_device
