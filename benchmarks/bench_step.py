@@ -6,7 +6,7 @@ Variants (measured in one process, alternating: trl, kit, floor, trl, kit, floor
 
 | name    | what one step is |
 |---------|------------------|
-| `kit`   | ``grpo_kit.train.grpo_step``: draw P prompts, sample P*G completions, judge, advantages, reference forward (when the config needs one), policy forward/backward, clip, AdamW, metrics |
+| `kit`   | ``grpo_kit.loop.train.grpo_step``: draw P prompts, sample P*G completions, judge, advantages, reference forward (when the config needs one), policy forward/backward, clip, AdamW, metrics |
 | `trl`   | one optimizer step of ``trl.GRPOTrainer`` (on CPU, no vLLM) with the same settings, timed from ``on_step_begin`` to ``on_step_end`` of a ``TrainerCallback`` |
 | `floor` | the compute no GRPO step can avoid: the kit's ``sampling.generate`` on prompts tokenised once, one policy forward/backward (``logprobs.completion_logprobs``) of ``-(adv * logp)`` over completion tokens, one reference forward (only when the config needs one), ``AdamW.step`` and ``zero_grad``; no judging, no entropy, no gradient clipping, no metrics. Same prompt sharing and merging of identical rows as the kit (``share_prompt_prefix``, ``dedupe_completions``) |
 | `floor_plain` | (opt-in) the floor with every row forwarded whole (prompt encoded per row, identical rows not merged), as TRL does |
@@ -38,11 +38,11 @@ from pathlib import Path
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.sampling import encode_prompts, generate, row_temperatures
-from grpo_kit.logprobs import completion_logprobs
-from grpo_kit.tasks import get_task
-from grpo_kit.tiny import load_model
-from grpo_kit.train import grpo_step, setup
+from grpo_kit.data.tasks import get_task
+from grpo_kit.loop.train import grpo_step, setup
+from grpo_kit.model.logprobs import completion_logprobs
+from grpo_kit.model.sampling import encode_prompts, generate, row_temperatures
+from grpo_kit.model.tiny import load_model
 
 VARIANTS = ("trl", "kit", "floor")  # also selectable: floor_plain (the floor without prompt sharing)
 
@@ -139,10 +139,11 @@ def stepper(cfg: GRPOConfig, variant: str):
 
 def trl_trainer(cfg: GRPOConfig, out_dir: str, max_steps: int, callbacks):
     """A ``trl.GRPOTrainer`` on the tiny model with ``cfg``'s settings, on CPU, logging and saving off."""
-    from datasets import Dataset
-    from trl import GRPOConfig as TRLConfig, GRPOTrainer
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer
 
-    from grpo_kit.judges import exact_answer
+    from datasets import Dataset
+    from grpo_kit.rewards.judges import exact_answer
 
     policy, tok = load_model(cfg.model, "cpu")
     items = get_task(cfg.task).splits()["train"]

@@ -36,8 +36,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
 
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.dashboard import Dashboard
-    from grpo_kit.train import setup, train
+    from grpo_kit.loop.train import setup, train
+    from grpo_kit.view.dashboard import Dashboard
 
     changes = {"steps": args.steps, "seed": args.seed, "threads": args.threads}
     if args.prompts:

@@ -52,7 +52,7 @@ def _rss_bytes(field: str) -> int:
 
 def build(name: str, small: bool, device: torch.device):
     """(model, tokenizer, config for the estimate) on ``device``."""
-    from grpo_kit.tiny import build_tokenizer, load_model
+    from grpo_kit.model.tiny import build_tokenizer, load_model
 
     if name == "tiny":
         model, tok = load_model("tiny", device)
@@ -66,13 +66,13 @@ def build(name: str, small: bool, device: torch.device):
 
 def check_model(name: str, args, device: torch.device) -> dict:
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.logprobs import completion_logprobs
-    from grpo_kit.memory import estimate_memory
-    from grpo_kit.step import run_autocast
-    from grpo_kit.train import grpo_step, load_checkpoint, save_checkpoint, setup
+    from grpo_kit.loop.step import run_autocast
+    from grpo_kit.loop.train import grpo_step, load_checkpoint, save_checkpoint, setup
+    from grpo_kit.model.logprobs import completion_logprobs
+    from grpo_kit.model.memory import estimate_memory
 
-    train_mod, step_mod = importlib.import_module("grpo_kit.train"), importlib.import_module("grpo_kit.step")
-    dynamic_mod = importlib.import_module("grpo_kit.dynamic")  # grpo_step samples through dynamic.sample_batch
+    train_mod, step_mod = importlib.import_module("grpo_kit.loop.train"), importlib.import_module("grpo_kit.loop.step")
+    dynamic_mod = importlib.import_module("grpo_kit.loop.dynamic")  # grpo_step samples through dynamic.sample_batch
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def train_lora(steps: int, r: int, alpha: float, lr: float, seed: int, threads: int, eval_size: int = 500) -> dict:
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.train import setup, train
+    from grpo_kit.loop.train import setup, train
 
     cfg = GRPOConfig(lora={"r": r, "alpha": alpha}, learning_rate=lr, steps=steps, seed=seed, eval_every=50,
                      device="cpu", threads=threads, diagnose_every=0, eval_size=eval_size)

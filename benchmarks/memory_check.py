@@ -1,4 +1,4 @@
-"""Check ``grpo_kit.memory.estimate_memory`` against the measured peak memory of real GRPO steps on a CPU.
+"""Check ``grpo_kit.model.memory.estimate_memory`` against the measured peak memory of real GRPO steps on a CPU.
 
     PYTHONPATH=. python benchmarks/memory_check.py                       # tiny + 2-layer slice + full 0.5B shape
     PYTHONPATH=. python benchmarks/memory_check.py --cases tiny,qwen2-0.5b-2layers --bf16
@@ -45,7 +45,7 @@ CASES = {  # name: (model config or "tiny", P, G, completion length)
 def model_config(spec):
     """The tiny model's config, or a Qwen2 config from a dict."""
     if spec == "tiny":
-        from grpo_kit.tiny import build_tokenizer, tiny_config
+        from grpo_kit.model.tiny import build_tokenizer, tiny_config
 
         tok = build_tokenizer()
         return tiny_config(len(tok), tok.eos_token_id, tok.bos_token_id, tok.pad_token_id)
@@ -57,8 +57,8 @@ def model_config(spec):
 
 def prompt_length(task: str = "add2") -> int:
     """Longest tokenised prompt of the task's train split (the left-padded batch is at most this wide)."""
-    from grpo_kit.tasks import get_task
-    from grpo_kit.tiny import build_tokenizer
+    from grpo_kit.data.tasks import get_task
+    from grpo_kit.model.tiny import build_tokenizer
 
     tok = build_tokenizer()
     return max(len(tok(it["prompt"])["input_ids"]) for it in get_task(task).splits()["train"])
@@ -91,16 +91,16 @@ def case_config(name: str, steps: int, bf16: bool, beta: float, threads: int, lo
 
 def measure(name: str, steps: int, bf16: bool, beta: float, threads: int, lora: bool = False) -> dict:
     """Inside the child: run the case and return the memory it added (bytes)."""
+    import importlib
+
     import torch
     import transformers  # noqa: F401 - imported before the baseline, as a user's process has it
 
-    from grpo_kit.tiny import build_tokenizer, load_model
-    from grpo_kit.train import grpo_step, setup
+    from grpo_kit.loop.train import grpo_step, setup
+    from grpo_kit.model.tiny import build_tokenizer, load_model
 
-    import importlib
-
-    train_mod = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also a function)
-    dynamic_mod = importlib.import_module("grpo_kit.dynamic")  # grpo_step samples through dynamic.sample_batch
+    train_mod = importlib.import_module("grpo_kit.loop.train")  # the module (grpo_kit.loop.train is also a function)
+    dynamic_mod = importlib.import_module("grpo_kit.loop.dynamic")  # grpo_step samples through dynamic.sample_batch
 
     torch.set_num_threads(threads)
     spec = CASES[name][0]
@@ -151,8 +151,8 @@ def warm_up_code(threads: int, bf16: bool, qwen: bool, lora: bool = False) -> No
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.tiny import build_tokenizer, load_model
-    from grpo_kit.train import grpo_step, setup
+    from grpo_kit.loop.train import grpo_step, setup
+    from grpo_kit.model.tiny import build_tokenizer, load_model
 
     tok = build_tokenizer()
     model = Qwen2ForCausalLM(Qwen2Config(
@@ -173,7 +173,7 @@ def warm_up_code(threads: int, bf16: bool, qwen: bool, lora: bool = False) -> No
 def estimate(name: str, bf16: bool, beta: float, prompt_len: int | None = None,
              completion_len: int | None = None, lora: bool = False) -> dict:
     """The estimate for a case; lengths default to the task's longest prompt and the length limit."""
-    from grpo_kit.memory import estimate_for_config
+    from grpo_kit.model.memory import estimate_for_config
 
     cfg = case_config(name, 1, bf16, beta, 1, lora)
     return estimate_for_config(cfg, model_config(CASES[name][0]), prompt_len or prompt_length(), completion_len,

@@ -37,9 +37,9 @@ def config(method: str, seed: int, args):
 
 def run_method(method: str, seed: int, args) -> tuple[float, float, int]:
     """(base accuracy, final held-out accuracy, completions generated) of one method and seed."""
-    from grpo_kit import population as pop
-    from grpo_kit.inference import greedy_accuracy
-    from grpo_kit.train import setup, train
+    from grpo_kit.eval.inference import greedy_accuracy
+    from grpo_kit.lab import population as pop
+    from grpo_kit.loop.train import setup, train
 
     cfg = config(method, seed, args)
     run = setup(cfg)

@@ -16,15 +16,15 @@ import pstats
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.train import grpo_step, setup
+from grpo_kit.loop.train import grpo_step, setup
 
 
 def phases(run, reps: int) -> dict[str, float]:
     """Best-of-``reps`` process CPU seconds of each phase of one step, on one sampled batch."""
     import time
 
-    from grpo_kit.logprobs import completion_logprobs
-    from grpo_kit.sampling import row_temperatures, sample_groups
+    from grpo_kit.model.logprobs import completion_logprobs
+    from grpo_kit.model.sampling import row_temperatures, sample_groups
 
     cfg = run.cfg
     prompts = [it["prompt"] for it in run.train_items[:cfg.num_prompts]]

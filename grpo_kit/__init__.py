@@ -2,11 +2,21 @@
 
 The notebook API is kept small on purpose; import submodules for the rest.
 """
-from .config import GRPOConfig
-from .errors import CheckpointError, ConfigError, DataError, GRPOKitError, RewardError
-from .tiny import load_model
-from .train import setup, train
+from grpo_kit.config import GRPOConfig
+from grpo_kit.errors import (
+           CheckpointError,
+           ConfigError,
+           DataError,
+           GRPOKitError,
+           RewardError,
+)
+from grpo_kit.loop.train import setup, train
+from grpo_kit.model.tiny import load_model
 
 __all__ = ["GRPOConfig", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
            "RewardError", "CheckpointError"]
 __version__ = "0.1.0"
+
+from grpo_kit import compat as _compat  # noqa: E402  (old module names, after the package's own imports)
+
+_compat.install()

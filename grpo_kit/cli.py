@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import GRPOKitError
+from grpo_kit.errors import GRPOKitError
 
 
 class UsageError(GRPOKitError):
@@ -155,15 +155,20 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
     """
     from tqdm.auto import tqdm
 
-    from .runfolder import RunLock, atomic_write_text, check_out_folder, check_path
-    from .train import resume_run, setup, train
+    from grpo_kit.data.runfolder import (
+        RunLock,
+        atomic_write_text,
+        check_out_folder,
+        check_path,
+    )
+    from grpo_kit.loop.train import resume_run, setup, train
 
     out = check_path(out, "--out")
     if engine == "trl" and resume:
         raise UsageError("--resume works with the kit's engine only (TRL's checkpoints are another format); "
                          "start a new --out folder")
     if engine == "trl" and not main_process():  # under accelerate launch: process 0 owns the run folder
-        from .engines.trl_engine import train_with_trl
+        from grpo_kit.engines.trl_engine import train_with_trl
 
         train_with_trl(cfg, out, overrides=trl_args, quiet=True)
         return None, None
@@ -174,7 +179,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                                                          cfg.dataset))  # a model or dataset in out: refused
         t0 = time.time()
         if engine == "trl":
-            from .engines.trl_engine import train_with_trl
+            from grpo_kit.engines.trl_engine import train_with_trl
 
             atomic_write_text(out / "config.yaml", cfg.to_yaml())
             h = train_with_trl(cfg, out, overrides=trl_args, quiet=quiet)
@@ -187,7 +192,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
                 raise UsageError(f"--steps {cfg.steps}: the run in {out} is already at step {run.step}; "
                                  f"pass a larger --steps to continue it")
         atomic_write_text(out / "config.yaml", cfg.to_yaml())  # only once the resume is accepted
-        from .schedules import samples_per_step
+        from grpo_kit.loop.schedules import samples_per_step
 
         total = -(-cfg.completion_budget // samples_per_step(cfg)) if cfg.completion_budget else cfg.steps  # steps to run
         with tqdm(total=total, desc="GRPO", unit="step", disable=quiet, mininterval=0.5,
@@ -195,7 +200,7 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
             for m in train(cfg, run, out_dir=out):
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['reward']:.2f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
-        from .schedules import budget_spent, state
+        from grpo_kit.loop.schedules import budget_spent, state
 
         summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
                                  quiet, budget=(budget_spent(run), state(run).generated))
@@ -213,10 +218,10 @@ def _write_results(cfg, history: list[dict], evals: list, out: Path, steps: int,
     """history.jsonl, curves.png/.html, the diagnostics report and summary.json of a finished run.
 
     ``budget``: (whether ``completion_budget`` ended the run, completions generated), with a budget."""
-    from .diagnostics import diagnose, report
-    from .plotting import plot_history, plotly_history
-    from .runfolder import atomic_write_text
-    from .train import write_history
+    from grpo_kit.data.runfolder import atomic_write_text
+    from grpo_kit.eval.diagnostics import diagnose, report
+    from grpo_kit.loop.train import write_history
+    from grpo_kit.view.plotting import plot_history, plotly_history
 
     write_history(history, out / "history.jsonl")
     title = f"GRPO on {cfg.model} ({cfg.task}), seed {cfg.seed}" + (f", engine {engine}" if engine != "kit" else "")
@@ -253,7 +258,7 @@ def _written(out: Path) -> str:
 
 def _model_folder(name) -> Path | None:
     """The local or shipped folder a model name loads from (an input no output may overwrite); None for a hub name."""
-    from .tiny import resolve_model
+    from grpo_kit.model.tiny import resolve_model
 
     try:
         p = resolve_model(name, warn=False)
@@ -263,10 +268,10 @@ def _model_folder(name) -> Path | None:
 
 
 def cmd_demo(args) -> int:
-    from .config import GRPOConfig
-    from .inference import greedy_accuracy
-    from .tasks import heldout_split
-    from .tiny import load_model
+    from grpo_kit.config import GRPOConfig
+    from grpo_kit.data.tasks import heldout_split
+    from grpo_kit.eval.inference import greedy_accuracy
+    from grpo_kit.model.tiny import load_model
 
     cfg = GRPOConfig(seed=args.seed)
     if args.steps is not None:
@@ -296,7 +301,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .config import GRPOConfig
+    from grpo_kit.config import GRPOConfig
 
     cfg = GRPOConfig.from_yaml(args.config)
     changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "steps": args.steps}.items()
@@ -306,7 +311,7 @@ def cmd_train(args) -> int:
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
     if args.engine == "trl":
-        from .engines.trl_engine import check_trl_packages, parse_trl_overrides
+        from grpo_kit.engines.trl_engine import check_trl_packages, parse_trl_overrides
 
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
         check_trl_packages(trl_args)  # before the run folder is made
@@ -349,9 +354,9 @@ def _stopped_early(summary: dict, cfg, out) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .inference import greedy_accuracy, pass_at_k_eval
-    from .tasks import load_items, heldout_split
-    from .tiny import load_model
+    from grpo_kit.data.tasks import heldout_split, load_items
+    from grpo_kit.eval.inference import greedy_accuracy, pass_at_k_eval
+    from grpo_kit.model.tiny import load_model
 
     if args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
@@ -360,14 +365,14 @@ def cmd_eval(args) -> int:
     model, tok = load_model(args.model)
     items = load_items(args.dataset) if args.dataset else heldout_split(args.task)
     if args.dataset:
-        from .inference import check_prompts, max_answer_tokens
+        from grpo_kit.eval.inference import check_prompts, max_answer_tokens
         items = check_prompts(model, tok, items, max_answer_tokens(items), where=args.dataset)
     acc = greedy_accuracy(model, tok, items, batch_size=args.batch_size)
     result = {"items": len(items), "greedy_accuracy": acc}
     if args.samples:
         result.update(pass_at_k_eval(model, tok, items, args.samples, batch_size=args.batch_size))
     if args.self_consistency:
-        from .inference import self_consistency_eval
+        from grpo_kit.eval.inference import self_consistency_eval
 
         result.update(self_consistency_eval(model, tok, items, args.self_consistency, batch_size=args.batch_size))
     print(json.dumps(result))
@@ -379,9 +384,9 @@ def cmd_export(args) -> int:
     then the previous export's files (only those) are removed and the new ones renamed into place."""
     import os
 
-    from .export import OWN_FILES, SKIP, vllm_command, write_export
-    from .runfolder import check_output, check_path, remove_own
-    from .train import STATE_FILE, latest_checkpoint, read_trainer_state
+    from grpo_kit.data.runfolder import check_output, check_path, remove_own
+    from grpo_kit.engines.export import OWN_FILES, SKIP, vllm_command, write_export
+    from grpo_kit.loop.train import STATE_FILE, latest_checkpoint, read_trainer_state
 
     run_dir, dest = check_path(args.run, "--run"), check_path(args.to, "--to")
     ckpt = latest_checkpoint(run_dir)
@@ -419,7 +424,7 @@ def cmd_export(args) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
         if made and dest.is_dir() and not any(dest.iterdir()):
             dest.rmdir()
-        from .runfolder import disk_full, is_disk_full
+        from grpo_kit.data.runfolder import disk_full, is_disk_full
         if is_disk_full(e):
             raise disk_full(e, dest, "nothing was exported") from e
         raise
@@ -437,7 +442,7 @@ def _trl_run_model(run_dir: Path, shown) -> tuple[Path, dict]:
     """
     import yaml
 
-    from .config import GRPOConfig
+    from grpo_kit.config import GRPOConfig
 
     model = run_dir / "model"
     if not ((model / "config.json").is_file() or (model / "adapter_config.json").is_file()):
@@ -458,17 +463,16 @@ def _trl_run_model(run_dir: Path, shown) -> tuple[Path, dict]:
 
 def cmd_export_verl(args) -> int:
     """Print ``python3 -m verl.trainer.main_ppo`` with ``cfg.to_verl()``; with ``--data-out`` write the data too."""
-    from .config import GRPOConfig
-    from .engines.verl_export import verl_command, verl_rows
+    from grpo_kit.config import GRPOConfig
+    from grpo_kit.engines.verl_export import verl_command, verl_rows
 
     cfg = GRPOConfig.from_yaml(args.config)
     overrides = cfg.to_verl(max_prompt_length=args.max_prompt_length, rollout=args.rollout)
     files = {}
     if args.data_out:
         from datasets import Dataset, disable_progress_bars
-
-        from .runfolder import check_path
-        from .tasks import get_task, heldout_split, load_items
+        from grpo_kit.data.runfolder import check_path
+        from grpo_kit.data.tasks import get_task, heldout_split, load_items
 
         disable_progress_bars()
         out = check_path(args.data_out, "--data-out")
@@ -500,10 +504,10 @@ def cmd_export_verl(args) -> int:
 def cmd_pregen(args) -> int:
     import random
 
-    from .offline import pregenerate
-    from .preferences import write_preference_groups
-    from .tasks import get_task
-    from .tiny import load_model
+    from grpo_kit.core.preferences import write_preference_groups
+    from grpo_kit.data.tasks import get_task
+    from grpo_kit.lab.offline import pregenerate
+    from grpo_kit.model.tiny import load_model
 
     if args.k < 2:
         raise UsageError(f"--k {args.k}: a preference group needs at least 2 responses")
@@ -526,7 +530,14 @@ def cmd_train_judge(args) -> int:
     """Train a learned judge on preference groups, hold out whole groups, save it with its metadata."""
     import math
 
-    from .learned_judge import (
+    from grpo_kit.core.preferences import load_preference_groups
+    from grpo_kit.data.runfolder import (
+        MODEL_FILES,
+        check_output,
+        check_path,
+        remove_own,
+    )
+    from grpo_kit.rewards.learned_judge import (
         METADATA,
         pairwise_agreement,
         preference_pairs,
@@ -534,8 +545,6 @@ def cmd_train_judge(args) -> int:
         split_groups,
         train_learned_judge,
     )
-    from .preferences import load_preference_groups
-    from .runfolder import MODEL_FILES, check_output, check_path, remove_own
 
     out = check_path(args.out, "--out")
     old = check_output(out, (*MODEL_FILES, METADATA), args.overwrite, inputs=(args.data, _model_folder(args.base)),
@@ -573,7 +582,7 @@ def cmd_train_judge(args) -> int:
 
 def cmd_serve_judge(args) -> int:
     """Serve judges until Ctrl-C; the first line printed names the bound address."""
-    from .serve import make_server
+    from grpo_kit.rewards.serve import make_server
 
     server = make_server(args.judge, args.host, args.port, judge_timeout_s=args.judge_timeout)
     host, port = server.server_address[:2]
@@ -592,8 +601,13 @@ def cmd_serve_judge(args) -> int:
 
 def cmd_make_base(args) -> int:
     """Train the tiny base; the shipped folder is replaced each time, another ``--out`` by the same rule as export."""
-    from .runfolder import MODEL_FILES, check_output, check_path, remove_own
-    from .tiny import BASE_REPORT, save_base, shipped_path, train_base
+    from grpo_kit.data.runfolder import (
+        MODEL_FILES,
+        check_output,
+        check_path,
+        remove_own,
+    )
+    from grpo_kit.model.tiny import BASE_REPORT, save_base, shipped_path, train_base
 
     out = check_path(args.out, "--out") if args.out else shipped_path("tiny" if args.task == "add2"
                                                                         else f"tiny-{args.task}")
@@ -627,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
                              "train-judge, serve-judge (see grpo-kit --help)")
         for name in ("out", "to", "config", "dataset", "model", "run", "data", "data_out"):
             if isinstance(getattr(args, name, None), str):
-                from .runfolder import check_path
+                from grpo_kit.data.runfolder import check_path
                 check_path(getattr(args, name), f"--{name}")
         return COMMANDS[args.command](args)
     except GRPOKitError as e:

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from grpo_kit.errors import ConfigError
 
 
 def _is_int(v) -> bool:
@@ -29,14 +29,14 @@ def _is_num(v) -> bool:
 
 def _is_scratchpad(task: str) -> bool:
     """Whether a built-in task writes the column sums before its answer (``tasks.ArithmeticTask.scratchpad``)."""
-    from .tasks import TASKS
+    from grpo_kit.data.tasks import TASKS
 
     return task in TASKS and TASKS[task].scratchpad
 
 
 def _task_names() -> list[str]:
     """Built-in tasks that can be trained and evaluated (see ``tasks.task_names``)."""
-    from .tasks import task_names
+    from grpo_kit.data.tasks import task_names
 
     return task_names()
 
@@ -93,7 +93,7 @@ class GRPOConfig:
     ``{"function": "trl.rewards:get_soft_overlong_punishment", "args": {"max_completion_len": 8,
     "soft_punish_cache": 4}}``, a learned judge saved by ``grpo-kit train-judge`` as ``"learned:DIR"``, or a
     judge served over HTTP as ``"remote:http://127.0.0.1:PORT/get_reward"`` (``grpo-kit serve-judge``;
-    timeout and retries through the factory ``grpo_kit.remote:remote_reward``); they get TRL's keyword
+    timeout and retries through the factory ``grpo_kit.rewards.remote:remote_reward``); they get TRL's keyword
     arguments (see judges.py). Callables can be passed to ``setup()`` directly. Validating a config checks
     each entry's form only; ``setup()`` (train) and ``serve-judge`` import the modules and call the factories,
     which runs their code as a Python script would."""
@@ -354,7 +354,7 @@ class GRPOConfig:
     """A prompt longer than the model's context minus ``max_completion_length``: False raises a DataError
     naming it; True keeps its last tokens (the end, where the question usually is) and warns once."""
 
-    # --- diagnostics (grpo_kit/diagnostics.py)
+    # --- diagnostics (grpo_kit/eval/diagnostics.py)
     diagnose_every: int = 10
     """Run the failure detectors over the history every N steps during ``train()`` and log a warning the
     first time each kind of failure is found (0 = never; ``diagnostics.diagnose`` works on any history)."""
@@ -394,7 +394,7 @@ class GRPOConfig:
         need(isinstance(self.task, str) and self.task in _task_names(), "task", f"choose one of {_task_names()}")
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
-        from .tasks import TASKS
+        from grpo_kit.data.tasks import TASKS
 
         need(self.task in TASKS or self.dataset is not None or self.task_schedule is not None, "task",
              f"ships only a held-out split (datasets/{self.task}_test.jsonl), no training items: give a training "
@@ -404,7 +404,7 @@ class GRPOConfig:
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
              "strings or {'function': ..., 'args': {...}} factories")
-        from .judges import check_reward_spec
+        from grpo_kit.rewards.judges import check_reward_spec
 
         for f in self.reward_funcs:  # by form only: importing a 'module:function' runs its code, so only
             check_reward_spec(f)     # the commands that score import it (train.setup, serve-judge)
@@ -429,7 +429,7 @@ class GRPOConfig:
              "must be a finite number > 0 (or a non-empty list of them)")
         # the objective
         choice("scale_rewards", ("group", "batch", "none"))
-        from .advantages import ESTIMATORS
+        from grpo_kit.core.advantages import ESTIMATORS
 
         choice("advantage_estimator", tuple(ESTIMATORS))
         self._validate_beyond_scalar(need, number)
@@ -458,14 +458,14 @@ class GRPOConfig:
         integer("warmup_steps", 0)
         number("max_grad_norm", "> 0", lambda v: v > 0)
         integer("micro_batch_size", 1, optional=True)
-        from .schedules import samples_per_step, validate_steering
+        from grpo_kit.loop.schedules import samples_per_step, validate_steering
 
         validate_steering(self)  # steering fields: schedules, adaptive G, curricula, dynamic sampling, replay
         B = samples_per_step(self)
         need(self.micro_batch_size is None or B % self.micro_batch_size == 0, "micro_batch_size",
              f"must divide the batch B = {'samples_per_step' if self.samples_per_step else 'num_prompts*num_generations'}"
              f" = {B} (or None)")
-        from .lora import check_lora
+        from grpo_kit.model.lora import check_lora
 
         check_lora(self.lora)  # keys, rank, alpha, dropout, target module names (checked against the model in setup)
         # hardware
@@ -502,7 +502,11 @@ class GRPOConfig:
 
     def _validate_beyond_scalar(self, need, number) -> None:
         """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
-        from .beyond_scalar import STEP_JUDGES, check_pairwise_judge, check_step_judge
+        from grpo_kit.loop.beyond_scalar import (
+            STEP_JUDGES,
+            check_pairwise_judge,
+            check_step_judge,
+        )
 
         est = self.advantage_estimator
         for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
@@ -645,7 +649,7 @@ class GRPOConfig:
         warm-up schedule (the kit advances it per optimizer update; verl's count is not checked here); and
         the fields that steer a run over time.
         """
-        from .tiny import resolve_model
+        from grpo_kit.model.tiny import resolve_model
 
         def refuse(field_, rule):
             raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to verl: {rule}")
@@ -674,7 +678,7 @@ class GRPOConfig:
             raise ConfigError(f"max_prompt_length={max_prompt_length!r}: give the prompt tokens verl reserves (>= 1)")
         actor, rollout_ = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
         reward = "reward.custom_reward_function."
-        from .engines import verl_export
+        from grpo_kit.engines import verl_export
 
         model = resolve_model(self.model, warn=False)
         return {**self._verl_lora(refuse), **{
@@ -723,7 +727,7 @@ class GRPOConfig:
         """``lora`` as verl's actor model keys (rank, alpha, target modules); verl has no LoRA dropout."""
         if self.lora is None:
             return {}
-        from .lora import lora_settings
+        from grpo_kit.model.lora import lora_settings
 
         s = lora_settings(self.lora)
         if s["dropout"]:

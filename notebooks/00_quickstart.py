@@ -52,15 +52,15 @@ import copy
 
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
-from grpo_kit.advantages import compute_advantages
-from grpo_kit.dashboard import Dashboard
-from grpo_kit.inference import columns_of, greedy_accuracy
-from grpo_kit.judges import exact_answer, score
-from grpo_kit.logprobs import completion_logprobs
-from grpo_kit.losses import aggregate, grpo_per_token_loss
-from grpo_kit.nbtools import record
-from grpo_kit.sampling import sample_groups
-from grpo_kit.tasks import heldout_split
+from grpo_kit.core.advantages import compute_advantages
+from grpo_kit.core.losses import aggregate, grpo_per_token_loss
+from grpo_kit.data.tasks import heldout_split
+from grpo_kit.eval.inference import columns_of, greedy_accuracy
+from grpo_kit.model.logprobs import completion_logprobs
+from grpo_kit.model.sampling import sample_groups
+from grpo_kit.rewards.judges import exact_answer, score
+from grpo_kit.view.dashboard import Dashboard
+from grpo_kit.view.nbtools import record
 
 if SMOKE:
     STEPS, THREADS = 20, 1

@@ -15,7 +15,7 @@
 # `GRPOConfig(advantage_estimator=..., scale_rewards=...)`.
 #
 # **What you will learn**
-# 1. what every estimator in `grpo_kit.advantages` does to one group (sliders);
+# 1. what every estimator in `grpo_kit.core.advantages` does to one group (sliders);
 # 2. the lesson that matters most for right/wrong (0/1) rewards: dividing by the group's std makes
 #    a prompt solved 1 time in 8 push as hard as one solved 4 times in 8, and why Dr. GRPO drops
 #    the division (a slider: k of G correct, `group` against `none`);
@@ -51,10 +51,10 @@ from itertools import pairwise
 import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit import advantages as A
-from grpo_kit.nbtools import record
-from grpo_kit.plotting import plot_advantage_bars, plot_buckets_vs_groups, plot_vs_theory
-from grpo_kit.widgets import advantage_sliders, redraw_on_change
+from grpo_kit.core import advantages as A
+from grpo_kit.view.nbtools import record
+from grpo_kit.view.plotting import plot_advantage_bars, plot_buckets_vs_groups, plot_vs_theory
+from grpo_kit.view.widgets import advantage_sliders, redraw_on_change
 from IPython.display import display
 
 if SMOKE:

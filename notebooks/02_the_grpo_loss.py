@@ -50,11 +50,11 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, setup, train
-from grpo_kit import losses as L
-from grpo_kit.dashboard import Dashboard
-from grpo_kit.nbtools import record
-from grpo_kit.plotting import smooth
-from grpo_kit.widgets import redraw_on_change
+from grpo_kit.core import losses as L
+from grpo_kit.view.dashboard import Dashboard
+from grpo_kit.view.nbtools import record
+from grpo_kit.view.plotting import smooth
+from grpo_kit.view.widgets import redraw_on_change
 from IPython.display import display
 
 if SMOKE:

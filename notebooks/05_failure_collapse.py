@@ -10,11 +10,11 @@
 # # 05 · Failure lab I: collapse, divergence and a sign error
 #
 # **What you will learn.** How a GRPO run goes wrong when the policy moves too far or the wrong
-# way, how to *see* it on the live dashboard, how `grpo_kit.diagnostics.diagnose` names it from the
+# way, how to *see* it on the live dashboard, how `grpo_kit.eval.diagnostics.diagnose` names it from the
 # metrics alone (with the evidence, a likely cause and a fix), and whether that fix works, measured
 # on the same seed.
 #
-# Three failures, each a named config in `grpo_kit.failures`:
+# Three failures, each a named config in `grpo_kit.lab.failures`:
 # 1. **entropy / mode collapse**: eight updates on every batch (`num_iterations=8`) at sampling
 #    temperature 0.5. Each batch is fitted hard, the policy sharpens, and the completions in a group
 #    become copies of each other: the entropy halves, the groups stop disagreeing, and with nothing to
@@ -42,11 +42,11 @@ THREADS = 2
 # %%
 import inspect
 
-from grpo_kit import diagnostics
-from grpo_kit.dashboard import Dashboard, compare_runs
-from grpo_kit.diagnostics import report
-from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
-from grpo_kit.nbtools import record
+from grpo_kit.eval import diagnostics
+from grpo_kit.eval.diagnostics import report
+from grpo_kit.lab.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
+from grpo_kit.view.dashboard import Dashboard, compare_runs
+from grpo_kit.view.nbtools import record
 
 STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
@@ -171,7 +171,7 @@ if not SMOKE:
 # **Solution** (the next cell).
 
 # %% jupyter={"source_hidden": true}
-from grpo_kit.diagnostics import rolling_means, series
+from grpo_kit.eval.diagnostics import rolling_means, series
 
 
 def distinct_floor(history, level=0.3):

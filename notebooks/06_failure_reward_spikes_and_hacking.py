@@ -35,12 +35,12 @@ THREADS = 2
 import inspect
 
 import torch
-from grpo_kit import failures
-from grpo_kit.advantages import compute_advantages
-from grpo_kit.dashboard import Dashboard, compare_runs
-from grpo_kit.diagnostics import report
-from grpo_kit.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
-from grpo_kit.nbtools import record
+from grpo_kit.core.advantages import compute_advantages
+from grpo_kit.eval.diagnostics import report
+from grpo_kit.lab import failures
+from grpo_kit.lab.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
+from grpo_kit.view.dashboard import Dashboard, compare_runs
+from grpo_kit.view.nbtools import record
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200

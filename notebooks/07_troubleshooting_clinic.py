@@ -35,10 +35,10 @@ SEED = 0
 THREADS = 2
 
 # %%
-from grpo_kit.dashboard import compare_runs
-from grpo_kit.diagnostics import report
-from grpo_kit.failures import compare_table, measure_step_memory, run_failure
-from grpo_kit.nbtools import record
+from grpo_kit.eval.diagnostics import report
+from grpo_kit.lab.failures import compare_table, measure_step_memory, run_failure
+from grpo_kit.view.dashboard import compare_runs
+from grpo_kit.view.nbtools import record
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200

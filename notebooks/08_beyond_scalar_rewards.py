@@ -66,20 +66,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from grpo_kit import beyond_scalar, learned_judge
-from grpo_kit.advantages import compute_advantages, pairwise_winrate, rank_based
 from grpo_kit.config import GRPOConfig
-from grpo_kit.dashboard import Dashboard
-from grpo_kit.inference import columns_of, greedy_accuracy
-from grpo_kit.judges import exact_answer
-from grpo_kit.nbtools import record
-from grpo_kit.plotting import smooth
-from grpo_kit.preferences import load_preference_groups
-from grpo_kit.sampling import sample_groups
-from grpo_kit.tasks import DATASETS_DIR, get_task
-from grpo_kit.tiny import load_model
-from grpo_kit.train import setup, train
-from grpo_kit.widgets import redraw_on_change
+from grpo_kit.core.advantages import compute_advantages, pairwise_winrate, rank_based
+from grpo_kit.core.preferences import load_preference_groups
+from grpo_kit.data.tasks import DATASETS_DIR, get_task
+from grpo_kit.eval.inference import columns_of, greedy_accuracy
+from grpo_kit.loop import beyond_scalar
+from grpo_kit.loop.train import setup, train
+from grpo_kit.model.sampling import sample_groups
+from grpo_kit.model.tiny import load_model
+from grpo_kit.rewards import learned_judge
+from grpo_kit.rewards.judges import exact_answer
+from grpo_kit.view.dashboard import Dashboard
+from grpo_kit.view.nbtools import record
+from grpo_kit.view.plotting import smooth
+from grpo_kit.view.widgets import redraw_on_change
 from IPython.display import Markdown, display
 
 if SMOKE:
@@ -515,8 +516,8 @@ print(f"notebook ran in {time.time() - T0:.0f} s")
 #
 # ```python
 # import re
-# from grpo_kit.beyond_scalar import column_sum_steps
-# from grpo_kit.tasks import column_sums
+# from grpo_kit.loop.beyond_scalar import column_sum_steps
+# from grpo_kit.data.tasks import column_sums
 #
 # def lenient_steps(prompt, text, scratchpad=None, **cols):
 #     steps = column_sum_steps(prompt, text, scratchpad=scratchpad, **cols)

@@ -74,14 +74,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
-from grpo_kit.advantages import compute_advantages
 from grpo_kit.cli import main as cli_main
-from grpo_kit.dashboard import Dashboard
-from grpo_kit.diagnostics import read_history
-from grpo_kit.inference import columns_of, greedy_accuracy
-from grpo_kit.judges import score_each
-from grpo_kit.lora import peft_config
-from grpo_kit.memory import (
+from grpo_kit.core.advantages import compute_advantages
+from grpo_kit.data.tasks import DATASETS_DIR, heldout_split, load_gsm8k
+from grpo_kit.eval.diagnostics import read_history
+from grpo_kit.eval.inference import columns_of, greedy_accuracy
+from grpo_kit.loop.train import pick_device
+from grpo_kit.model.lora import peft_config
+from grpo_kit.model.memory import (
     GiB,
     estimate_memory,
     lora_parameter_count,
@@ -89,12 +89,12 @@ from grpo_kit.memory import (
     parameter_count,
     suggest_micro_batch,
 )
-from grpo_kit.nbtools import record
-from grpo_kit.plotting import plot_history
-from grpo_kit.resolve import get_reward_funcs
-from grpo_kit.sampling import chat_items, render_prompt, sample_groups
-from grpo_kit.tasks import DATASETS_DIR, heldout_split, load_gsm8k
-from grpo_kit.train import pick_device
+from grpo_kit.model.sampling import chat_items, render_prompt, sample_groups
+from grpo_kit.rewards.judges import score_each
+from grpo_kit.rewards.resolve import get_reward_funcs
+from grpo_kit.view.dashboard import Dashboard
+from grpo_kit.view.nbtools import record
+from grpo_kit.view.plotting import plot_history
 
 if SMOKE:
     STEPS, THREADS = 4, 1
@@ -340,7 +340,7 @@ print(f"{'peak':<28}{full_05b['peak'] / GiB:>9.3f}{lora_05b['peak'] / GiB:>9.3f}
 # %% [markdown]
 # ## 3 · How much memory: common models on common GPUs
 #
-# The estimator (`grpo_kit.memory`) counts, for a Llama/Qwen2-style decoder and one GRPO step:
+# The estimator (`grpo_kit.model.memory`) counts, for a Llama/Qwen2-style decoder and one GRPO step:
 # the float32 master weights, a frozen reference copy when the KL term needs one (never with LoRA),
 # gradients and AdamW's two moments for each trainable parameter, AdamW's scratch, the bf16 weight
 # copies autocast makes, the activations autograd keeps for one micro-batch (counted per token and

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_kit.nbtools import KEEP_ENV
+from grpo_kit.view.nbtools import KEEP_ENV
 
 # `make book` builds the site from the executed notebooks the full runs leave here
 EXECUTED = Path(__file__).resolve().parent.parent / "build" / "executed"
@@ -18,7 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny():
     """The shipped base model and its tokenizer (loaded once per test session)."""
-    from grpo_kit.tiny import load_model
+    from grpo_kit.model.tiny import load_model
 
     return load_model("tiny")
 

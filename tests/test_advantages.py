@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from grpo_kit.advantages import batch_scaled, compute_advantages, group_zscore, mean_centred, zero_std_groups
+from grpo_kit.core.advantages import (
+    batch_scaled,
+    compute_advantages,
+    group_zscore,
+    mean_centred,
+    zero_std_groups,
+)
 
 
 def test_group_zscore_by_hand():

@@ -3,9 +3,16 @@ import math
 
 import pytest
 
-from grpo_kit.judges import (REWARD_FUNCS, extract_answer, final_answer, math_answer, numbers_in,
-                             numbers_match, parse_number)
 from grpo_kit.errors import RewardError
+from grpo_kit.rewards.judges import (
+    REWARD_FUNCS,
+    extract_answer,
+    final_answer,
+    math_answer,
+    numbers_in,
+    numbers_match,
+    parse_number,
+)
 
 # (completion, the final answer a careful reader takes from it, or None)
 CASES = [

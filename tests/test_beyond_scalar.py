@@ -8,17 +8,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_kit import beyond_scalar as bs
-from grpo_kit import judges
-from grpo_kit.advantages import pairwise_winrate, rank_based
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
-from grpo_kit.critic import explained_variance, fit_value_head, value_head
+from grpo_kit.core.advantages import pairwise_winrate, rank_based
+from grpo_kit.core.preferences import average_orders, correctness_rule
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.preferences import average_orders, correctness_rule
-from grpo_kit.sampling import Rollouts
-from grpo_kit.tiny import build_tokenizer
-from grpo_kit.train import setup, train
+from grpo_kit.loop import beyond_scalar as bs
+from grpo_kit.loop.train import setup, train
+from grpo_kit.model.critic import explained_variance, fit_value_head, value_head
+from grpo_kit.model.sampling import Rollouts
+from grpo_kit.model.tiny import build_tokenizer
+from grpo_kit.rewards import judges
 
 TOK = build_tokenizer()
 
@@ -216,7 +216,7 @@ def test_a_scalar_judge_gives_the_centred_rank():
 def test_learned_judges_wrap_the_scalar_reward_function_judges_resolves(monkeypatch):
     # resolve.resolve_reward_func("learned:PATH") loads a learned judge; stubbed here with a scalar
     # judge whose scores are known (the completion's length), so the matrix can be checked by hand
-    from grpo_kit import resolve
+    from grpo_kit.rewards import resolve
 
     asked = []
     real = resolve.resolve_reward_func
@@ -345,7 +345,7 @@ def test_a_malformed_step_judge_stops_grpo_kit_train_with_one_line(tmp_path, cap
 
 def test_a_checkpoint_without_the_value_head_is_refused(tmp_path):
     from grpo_kit.errors import CheckpointError
-    from grpo_kit.train import latest_checkpoint
+    from grpo_kit.loop.train import latest_checkpoint
 
     cfg = GRPOConfig(steps=1, num_prompts=2, num_generations=2, eval_every=0, eval_size=5, threads=1, device="cpu",
                      advantage_estimator="hybrid_gae")

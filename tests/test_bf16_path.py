@@ -8,14 +8,18 @@ import logging
 import pytest
 import torch
 
-from grpo_kit import dynamic as dynamic_mod
-from grpo_kit import step as step_mod
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
-from grpo_kit.logprobs import completion_logits, completion_logprobs, token_logprobs
-from grpo_kit.sampling import sample_groups
-from grpo_kit.step import autocast_for, run_autocast, train_step
-from grpo_kit.train import STATE_FILE, grpo_step, latest_checkpoint, setup, train
+from grpo_kit.loop import dynamic as dynamic_mod
+from grpo_kit.loop import step as step_mod
+from grpo_kit.loop.step import autocast_for, run_autocast, train_step
+from grpo_kit.loop.train import STATE_FILE, grpo_step, latest_checkpoint, setup, train
+from grpo_kit.model.logprobs import (
+    completion_logits,
+    completion_logprobs,
+    token_logprobs,
+)
+from grpo_kit.model.sampling import sample_groups
 
 PROMPTS = ["12+34=", "7+5="]
 BF16 = torch.autocast("cpu", dtype=torch.bfloat16)
@@ -188,6 +192,6 @@ def test_resume_from_another_device_type_warns_and_continues(tmp_path, caplog):
     state["device"], state["sample_gen"] = "cuda", torch.zeros(16, dtype=torch.uint8)  # as a CUDA run writes it
     torch.save(state, state_file)
     resumed = setup(cfg)
-    with caplog.at_level(logging.WARNING, logger="grpo_kit.train"):
+    with caplog.at_level(logging.WARNING, logger="grpo_kit.loop.train"):
         list(train(cfg, resumed, out_dir=tmp_path, resume=True))
     assert resumed.step == 2 and "written on cuda and resumes on cpu" in caplog.text

@@ -59,7 +59,7 @@ JS_RUN_UPTO = """([index, above]) => { const w = window.jupyterapp.shell.current
      .then(() => app.commands.execute('notebook:run-cell'))
      .then(() => { window.__grpoDone = true; }, () => { window.__grpoDone = true; }); }"""
 # the Stop pass: each dashboard update in the kernel waits up to STEP_DELAY_S for Stop
-# (grpo_kit.dashboard.STEP_DELAY_ENV, set silently in the running kernel), so that a short smoke run
+# (grpo_kit.view.dashboard.STEP_DELAY_ENV, set silently in the running kernel), so that a short smoke run
 # is still training when the click arrives however late the browser shows the dashboard
 STEP_DELAY_S = 10
 JS_SLOW_STEPS = """async (delay) => { const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
@@ -93,8 +93,8 @@ def _stop_notebook(path: Path) -> None:
     import nbformat
 
     cells = [
-        "from grpo_kit.config import GRPOConfig\nfrom grpo_kit.dashboard import Dashboard\n"
-        "from grpo_kit.train import setup, train",
+        "from grpo_kit.config import GRPOConfig\nfrom grpo_kit.view.dashboard import Dashboard\n"
+        "from grpo_kit.loop.train import setup, train",
         "cfg = GRPOConfig(steps=50, num_prompts=2, num_generations=4, eval_size=4, eval_every=0,\n"
         "                 checkpoint_every=0, threads=1, seed=0)\nrun = setup(cfg)",
         "dash = Dashboard(total_steps=cfg.steps, title='browser test: press Stop', min_interval_s=0.3)\n"

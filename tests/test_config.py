@@ -88,7 +88,7 @@ def test_lr_schedule_is_transformers_schedule_per_optimizer_update(schedule, war
     import trl
     from transformers import get_scheduler
 
-    from grpo_kit.train import lr_lambda
+    from grpo_kit.loop.train import lr_lambda
 
     cfg = EXPORTED.replace(lr_schedule=schedule, warmup_steps=warmup)
     a = trl.GRPOConfig(**cfg.to_trl(), output_dir=str(tmp_path))
@@ -153,8 +153,8 @@ def test_estimators_beyond_one_scalar_validate_and_are_refused_by_to_trl(changes
 def test_every_scalar_estimator_runs_in_the_loop():
     import torch
 
-    from grpo_kit.advantages import ESTIMATORS, estimate_advantages
-    from grpo_kit.beyond_scalar import ONLINE
+    from grpo_kit.core.advantages import ESTIMATORS, estimate_advantages
+    from grpo_kit.loop.beyond_scalar import ONLINE
 
     r = torch.tensor([[1.0, 0.0, 0.5, 1.0], [0.0, 0.0, 1.0, 0.25]])  # (P, G)
     for name in ESTIMATORS:

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from grpo_kit import dashboard as D
-from grpo_kit.dashboard import Dashboard, RunStyles, compare_runs, split_seed
-from grpo_kit.metrics import correct_mask, group_samples, length_metrics
+from grpo_kit.core.metrics import correct_mask, group_samples, length_metrics
+from grpo_kit.view import dashboard as D
+from grpo_kit.view.dashboard import Dashboard, RunStyles, compare_runs, split_seed
 
 
 def scripted(step, reward, std, **extra):
@@ -96,7 +96,7 @@ def test_stop_button_sets_should_stop_and_the_click_hook_fires_on_arrival():
 
 
 def test_stop_ends_a_short_train_run_with_stopped_and_a_checkpoint(small_cfg, tmp_path):
-    from grpo_kit.train import latest_checkpoint, setup, train, write_history
+    from grpo_kit.loop.train import latest_checkpoint, setup, train, write_history
 
     cfg = small_cfg.replace(steps=6, eval_size=4, max_completion_length=4)
     run = setup(cfg)
@@ -121,8 +121,9 @@ def test_stop_ends_a_short_train_run_with_stopped_and_a_checkpoint(small_cfg, tm
     write_history(run.history, tmp_path / "history.jsonl")
     back = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert back[-1]["samples"] == s and back[-1]["step"] == 3
-    from grpo_kit.plotting import plot_history
     import matplotlib
+
+    from grpo_kit.view.plotting import plot_history
     matplotlib.use("Agg")
     plot_history(back, run.evals, path=tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 1000
@@ -308,7 +309,7 @@ def test_a_headless_kernel_gets_the_static_image(tmp_path):
     """papermill/nbclient start the kernel themselves (no JupyterLab): auto mode draws at close()."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    code = ("from grpo_kit.dashboard import Dashboard\n"
+    code = ("from grpo_kit.view.dashboard import Dashboard\n"
             "dash = Dashboard(total_steps=2, title='headless')\n"
             "for s in (1, 2):\n"
             "    dash.update({'step': s, 'reward': 0.5 * s, 'reward_std': 0.1,\n"

@@ -5,7 +5,7 @@ import logging
 
 import torch
 
-from grpo_kit.train import _new_findings, setup, train
+from grpo_kit.loop.train import _new_findings, setup, train
 
 
 def test_gold_reward_is_logged_and_never_trained_on(small_cfg):

@@ -4,9 +4,18 @@ import json
 
 import pytest
 
-from grpo_kit.diagnostics import DEFAULTS, DETECTORS, KINDS, Finding, diagnose, read_history, report, rolling_means
+from grpo_kit.core.metrics import distinct_frac, length_metrics
 from grpo_kit.errors import ConfigError
-from grpo_kit.metrics import distinct_frac, length_metrics
+from grpo_kit.eval.diagnostics import (
+    DEFAULTS,
+    DETECTORS,
+    KINDS,
+    Finding,
+    diagnose,
+    read_history,
+    report,
+    rolling_means,
+)
 
 W = 4  # a short window keeps the hand-made histories short
 

@@ -11,10 +11,15 @@ import torch
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
+from grpo_kit.data.tasks import load_items
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
-from grpo_kit.inference import RESERVED_COLUMNS, check_prompts, columns_of, pass_at_k_eval
-from grpo_kit.tasks import load_items
-from grpo_kit.tiny import SHIPPED, load_model, new_tiny_model
+from grpo_kit.eval.inference import (
+    RESERVED_COLUMNS,
+    check_prompts,
+    columns_of,
+    pass_at_k_eval,
+)
+from grpo_kit.model.tiny import SHIPPED, load_model, new_tiny_model
 
 
 def _cli(capsys, *args):
@@ -103,7 +108,7 @@ def test_a_tilde_path_is_expanded(tmp_path, monkeypatch, tiny_copy):
 
 @pytest.mark.parametrize("how", ["env", "unreachable"])
 def test_offline_a_hub_name_fails_at_once_with_one_line(monkeypatch, capsys, how):
-    import grpo_kit.tiny as tiny_mod
+    import grpo_kit.model.tiny as tiny_mod
 
     if how == "env":
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -165,7 +170,7 @@ def test_characters_the_tokenizer_cannot_represent_are_counted_once(tiny, caplog
 # ---------------------------------------------------------------- evaluation size
 
 def test_an_evaluation_too_large_for_memory_is_refused_with_advice(monkeypatch, capsys):
-    import grpo_kit.inference as inf
+    import grpo_kit.eval.inference as inf
 
     monkeypatch.setattr(inf, "_free_bytes", lambda device: 2**20)  # 1 MiB free
     code, _, err = _cli(capsys, "eval", "--samples", "64")
@@ -223,7 +228,7 @@ def test_error_messages_quote_values_to_a_bounded_length(capsys, tmp_path):
 
 
 def test_threads_above_the_cpu_count_are_capped_with_a_warning(monkeypatch, caplog):
-    from grpo_kit.train import setup
+    from grpo_kit.loop.train import setup
 
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     before = torch.get_num_threads()
@@ -236,7 +241,7 @@ def test_threads_above_the_cpu_count_are_capped_with_a_warning(monkeypatch, capl
 
 
 def test_the_task_list_offered_holds_only_tasks_that_work():
-    from grpo_kit.tasks import DATASETS_DIR, TASKS, get_task, heldout_split
+    from grpo_kit.data.tasks import DATASETS_DIR, TASKS, get_task, heldout_split
 
     with pytest.raises(ConfigError) as e:
         GRPOConfig(task="nope").validate()
@@ -268,11 +273,12 @@ def test_debug_anywhere_on_the_line_shows_the_traceback(tmp_path):
 
 
 def test_demo_with_zero_steps_says_truthfully_what_it_wrote(tmp_path, capsys, monkeypatch):
-    import grpo_kit.tasks as tasks_mod
-    import grpo_kit.train as train_mod  # noqa: F401 - the package attribute is the function
     import importlib
 
-    loop = importlib.import_module("grpo_kit.train")
+    import grpo_kit.data.tasks as tasks_mod
+    import grpo_kit.loop.train as train_mod  # noqa: F401 - the package attribute is the function
+
+    loop = importlib.import_module("grpo_kit.loop.train")
     short = tasks_mod.heldout_split("add2")[:20]  # a 20-item evaluation keeps the test short
     monkeypatch.setattr(tasks_mod, "heldout_split", lambda task="add2": short)
     monkeypatch.setattr(loop, "heldout_split", lambda task="add2": short)

@@ -14,12 +14,12 @@ import torch
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
+from grpo_kit.data.runfolder import LOCK_FILE, RunLock
 from grpo_kit.errors import CheckpointError, DiskFullError, RewardError, RunFolderError
-from grpo_kit.judges import exact_answer
-from grpo_kit.runfolder import LOCK_FILE, RunLock
-from grpo_kit.train import latest_checkpoint, save_checkpoint, setup, train
+from grpo_kit.loop.train import latest_checkpoint, save_checkpoint, setup, train
+from grpo_kit.rewards.judges import exact_answer
 
-loop = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function)
+loop = importlib.import_module("grpo_kit.loop.train")  # the module (grpo_kit.loop.train is also the function)
 BASE = "steps: 2\nnum_prompts: 2\nnum_generations: 2\neval_size: 5\neval_every: 0\nthreads: 1\ncheckpoint_every: 1\n"
 
 
@@ -202,7 +202,7 @@ def test_resume_compares_the_dataset_by_content_not_by_path(tmp_path, small_cfg)
 
 
 def test_resume_compares_the_model_by_content_not_by_path(tmp_path, small_cfg):
-    from grpo_kit.tiny import SHIPPED
+    from grpo_kit.model.tiny import SHIPPED
 
     shutil.copytree(SHIPPED, tmp_path / "m1")
     cfg = small_cfg.replace(steps=1, model=str(tmp_path / "m1"))
@@ -290,7 +290,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous_one(cl
 
 
 def test_disk_full_on_the_history_leaves_no_partial_line(tmp_path, small_cfg, monkeypatch):
-    rf = importlib.import_module("grpo_kit.runfolder")
+    rf = importlib.import_module("grpo_kit.data.runfolder")
     real, calls = rf._write, []
 
     def full(fd, data):

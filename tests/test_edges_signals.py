@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from grpo_kit.cli import main
-from grpo_kit.train import latest_checkpoint, setup, train
+from grpo_kit.loop.train import latest_checkpoint, setup, train
 
-loop = importlib.import_module("grpo_kit.train")
+loop = importlib.import_module("grpo_kit.loop.train")
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def test_sigterm_to_a_training_process_finishes_the_step_and_exits_130(tmp_path)
 
 
 def test_a_signal_the_process_ignores_stays_ignored():
-    from grpo_kit.train import StopOnSignals
+    from grpo_kit.loop.train import StopOnSignals
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:

@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
-from grpo_kit.tiny import load_model
-from grpo_kit.train import setup, train
+from grpo_kit.loop.train import setup, train
+from grpo_kit.model.tiny import load_model
 
 FAST = {"num_prompts": 2, "num_generations": 4, "eval_size": 8, "eval_every": 0, "device": "cpu", "threads": 1,
         "steps": 2, "temperature": 0.7, "max_completion_length": 6}

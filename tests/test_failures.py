@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.diagnostics import KINDS, diagnose, read_history
-from grpo_kit.failures import FAILURES, failure_config, run_failure
+from grpo_kit.eval.diagnostics import KINDS, diagnose, read_history
+from grpo_kit.lab.failures import FAILURES, failure_config, run_failure
 
 DATA = Path(__file__).resolve().parent / "data"
 HEALTHY = sorted(p.stem for p in DATA.glob("healthy_*.jsonl"))
@@ -125,7 +125,7 @@ def test_full_failure_runs_detected(name):
 
 
 def test_live_findings_survive_a_resume_and_are_not_warned_twice(tmp_path):
-    from grpo_kit.train import setup, train
+    from grpo_kit.loop.train import setup, train
 
     cfg = failure_config("sign_error", steps=25, threads=1, eval_size=20, checkpoint_every=25)
     first = setup(cfg)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.dashboard import Dashboard, groups_of
-from grpo_kit.metrics import completion_rows
-from grpo_kit.train import setup, train
+from grpo_kit.core.metrics import completion_rows
+from grpo_kit.loop.train import setup, train
+from grpo_kit.view.dashboard import Dashboard, groups_of
 
 
 def test_completion_rows_by_hand():
@@ -86,7 +86,7 @@ def test_resume_and_overwrite_keep_the_log_in_step_with_the_history(tmp_path):
     straight = setup(cfg)
     list(train(cfg, straight, out_dir=tmp_path / "straight"))
     assert _rows(tmp_path / "straight") == rows  # the resumed run logs what a straight run logs
-    from grpo_kit.runfolder import check_out_folder
+    from grpo_kit.data.runfolder import check_out_folder
     check_out_folder(out, overwrite=True)  # --overwrite: the log is the run's own file
     assert not (out / "completions.jsonl").exists()
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from grpo_kit.config import GRPOConfig
+from grpo_kit.data.tasks import DATASETS_DIR, heldout_split, load_gsm8k, load_items
 from grpo_kit.errors import ConfigError
-from grpo_kit.resolve import get_reward_funcs
-from grpo_kit.sampling import chat_items, render_prompt, uses_chat_template
-from grpo_kit.tasks import DATASETS_DIR, heldout_split, load_gsm8k, load_items
-from grpo_kit.tiny import build_tokenizer
+from grpo_kit.model.sampling import chat_items, render_prompt, uses_chat_template
+from grpo_kit.model.tiny import build_tokenizer
+from grpo_kit.rewards.resolve import get_reward_funcs
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE, HELDOUT = DATASETS_DIR / "gsm8k_sample.jsonl", DATASETS_DIR / "gsm8k_test.jsonl"
@@ -103,9 +103,9 @@ def test_chat_template_modes():
 
 def test_training_renders_prompts_with_the_template(monkeypatch):
     """setup() turns the prompts into messages; the sampler sees the rendered template text."""
-    from grpo_kit import dynamic
-    from grpo_kit.tiny import load_model
-    from grpo_kit.train import evaluate, grpo_step, setup
+    from grpo_kit.loop import dynamic
+    from grpo_kit.loop.train import evaluate, grpo_step, setup
+    from grpo_kit.model.tiny import load_model
 
     model, tok = load_model("tiny")
     tok.chat_template = TEMPLATE
@@ -122,7 +122,7 @@ def test_training_renders_prompts_with_the_template(monkeypatch):
     assert run.train_items[0]["prompt"][0]["role"] == "user" and run.eval_items[0]["prompt"][0]["role"] == "user"
     grpo_step(run)
     assert seen and all(p.startswith("<user>") and p.endswith("=\n<assistant>") for p in seen)
-    from grpo_kit import inference
+    from grpo_kit.eval import inference
 
     seen.clear()
     monkeypatch.setattr(inference, "sample_groups", spy)
@@ -145,9 +145,9 @@ def test_cli_trains_on_the_gsm8k_sample(tmp_path, monkeypatch):
 
 
 def test_a_curriculum_pool_goes_through_the_template_too():
-    from grpo_kit.schedules import plan_step
-    from grpo_kit.tiny import load_model
-    from grpo_kit.train import setup
+    from grpo_kit.loop.schedules import plan_step
+    from grpo_kit.loop.train import setup
+    from grpo_kit.model.tiny import load_model
 
     model, tok = load_model("tiny")
     tok.chat_template = TEMPLATE

@@ -6,9 +6,24 @@ import pytest
 import torch
 
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.judges import (REWARD_FUNCS, agreement, answer_in_place, boxed_format, check_steps, correct_steps,
-                             distinct_n_reward, ensemble_reward, ensemble_scores, final_answer, from_trl,
-                             gsm8k_format, math_answer, score, soft_overlong_punishment, to_trl)
+from grpo_kit.rewards.judges import (
+    REWARD_FUNCS,
+    agreement,
+    answer_in_place,
+    boxed_format,
+    check_steps,
+    correct_steps,
+    distinct_n_reward,
+    ensemble_reward,
+    ensemble_scores,
+    final_answer,
+    from_trl,
+    gsm8k_format,
+    math_answer,
+    score,
+    soft_overlong_punishment,
+    to_trl,
+)
 
 
 def test_gsm8k_and_boxed_format():

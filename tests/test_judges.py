@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpo_kit.errors import RewardError
-from grpo_kit.judges import combine, exact_answer, format_reward, score
+from grpo_kit.rewards.judges import combine, exact_answer, format_reward, score
 
 
 def test_exact_answer_reversed_and_plain():

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.train import latest_checkpoint, setup, train
+from grpo_kit.loop.train import latest_checkpoint, setup, train
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 
@@ -31,8 +31,8 @@ def _wait_for(predicate, proc, what, timeout=240):
 SIGINT_CHILD = r"""
 import signal, sys, time
 from grpo_kit.config import GRPOConfig
-from grpo_kit.judges import exact_answer
-from grpo_kit.train import setup, train
+from grpo_kit.rewards.judges import exact_answer
+from grpo_kit.loop.train import setup, train
 
 def announce(prompts, completions, answer, **kw):  # runs inside a step: a signal now lands mid-step
     print("scoring", flush=True)

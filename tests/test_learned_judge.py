@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
+from grpo_kit.core.preferences import load_preference_groups
+from grpo_kit.data.tasks import get_task
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
-from grpo_kit.judges import score
-from grpo_kit.resolve import resolve_reward_func
-from grpo_kit.learned_judge import (
+from grpo_kit.loop.train import train as train_loop
+from grpo_kit.rewards.judges import score
+from grpo_kit.rewards.learned_judge import (
     METADATA,
     as_reward,
     bradley_terry_loss,
@@ -26,9 +28,7 @@ from grpo_kit.learned_judge import (
     split_groups,
     train_learned_judge,
 )
-from grpo_kit.preferences import load_preference_groups
-from grpo_kit.tasks import get_task
-from grpo_kit.train import train as train_loop
+from grpo_kit.rewards.resolve import resolve_reward_func
 
 
 def test_bradley_terry_loss_by_hand():

@@ -6,13 +6,13 @@ from safetensors.torch import load_file
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, ConfigError
-from grpo_kit.logprobs import activation_checkpointing, completion_logprobs
-from grpo_kit.lora import AdapterOff, linear_module_names, merge_adapter
-from grpo_kit.memory import lora_parameter_count, model_shape
-from grpo_kit.sampling import row_temperatures, sample_groups
-from grpo_kit.step import batch_logprobs, micro_slices
-from grpo_kit.tiny import load_model
-from grpo_kit.train import grpo_step, latest_checkpoint, setup, train
+from grpo_kit.loop.step import batch_logprobs, micro_slices
+from grpo_kit.loop.train import grpo_step, latest_checkpoint, setup, train
+from grpo_kit.model.logprobs import activation_checkpointing, completion_logprobs
+from grpo_kit.model.lora import AdapterOff, linear_module_names, merge_adapter
+from grpo_kit.model.memory import lora_parameter_count, model_shape
+from grpo_kit.model.sampling import row_temperatures, sample_groups
+from grpo_kit.model.tiny import load_model
 
 FAST = {"num_prompts": 2, "num_generations": 4, "eval_size": 8, "eval_every": 0, "device": "cpu", "threads": 1, "steps": 4}
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
@@ -190,7 +190,7 @@ def test_lora_settings_read_from_yaml():
 
 def test_lora_on_the_bf16_autocast_path():
     """The CUDA code path on a CPU (bf16_on_cpu): the reference is still the base under the same autocast."""
-    from grpo_kit.step import autocast_for
+    from grpo_kit.loop.step import autocast_for
 
     cfg = GRPOConfig(**FAST, lora=LORA, beta=0.04, bf16=True, bf16_on_cpu=True, learning_rate=5e-3)
     run = setup(cfg)
@@ -223,7 +223,7 @@ def test_a_rank_above_the_targeted_layers_sizes_is_refused_before_peft_allocates
     r is bounded by min(in, out) of the targeted layers, checked before peft is asked for anything."""
     import peft
 
-    from grpo_kit.lora import add_lora
+    from grpo_kit.model.lora import add_lora
 
     targets = ["q_proj", "down_proj"]
     limit = _smallest_targeted_size(targets)

@@ -3,8 +3,14 @@ import math
 import pytest
 import torch
 
-from grpo_kit.logprobs import token_logprobs
-from grpo_kit.losses import aggregate, clipped_surrogate, grpo_per_token_loss, importance_ratio, kl_k3
+from grpo_kit.core.losses import (
+    aggregate,
+    clipped_surrogate,
+    grpo_per_token_loss,
+    importance_ratio,
+    kl_k3,
+)
+from grpo_kit.model.logprobs import token_logprobs
 
 
 def test_clipped_surrogate_by_hand():

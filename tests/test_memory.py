@@ -6,8 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_kit.memory import (estimate_memory, lora_parameter_count, memory_table, model_shape, parameter_count,
-                             suggest_micro_batch)
+from grpo_kit.model.memory import (
+    estimate_memory,
+    lora_parameter_count,
+    memory_table,
+    model_shape,
+    parameter_count,
+    suggest_micro_batch,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
 from benchmarks import memory_check  # noqa: E402
@@ -88,7 +94,7 @@ def test_estimate_within_25_percent_of_measured_peak_rss_qwen2_shape_slice():
 
 def test_estimate_for_config_reads_lora_rank_and_targets_from_the_config():
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.memory import estimate_for_config
+    from grpo_kit.model.memory import estimate_for_config
 
     cfg = GRPOConfig(num_prompts=1, num_generations=2, max_completion_length=2, beta=0.04, device="cpu",
                      lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
@@ -117,12 +123,12 @@ def test_a_run_the_machine_cannot_hold_is_refused_with_the_estimate_before_loadi
     step are allocated. The test makes the machine small (available memory patched), it allocates nothing big."""
     import importlib
 
-    from grpo_kit import memory
     from grpo_kit.config import GRPOConfig
     from grpo_kit.errors import ConfigError
-    from grpo_kit.tiny import load_model
+    from grpo_kit.model import memory
+    from grpo_kit.model.tiny import load_model
 
-    train = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function's name)
+    train = importlib.import_module("grpo_kit.loop.train")  # the module (grpo_kit.loop.train is also the function's name)
     cfg = GRPOConfig(num_prompts=2, num_generations=4, eval_size=8, eval_every=0, device="cpu", threads=1, steps=1)
     policy, tokenizer = load_model("tiny")
     peak = memory.estimate_for_config(cfg, policy.config, prompt_len=1, device="cpu")["peak"]
@@ -147,7 +153,7 @@ def test_a_run_the_machine_cannot_hold_is_refused_with_the_estimate_before_loadi
 
 
 def test_available_memory_without_psutil_reads_proc_meminfo(monkeypatch):
-    from grpo_kit.memory import available_bytes
+    from grpo_kit.model.memory import available_bytes
 
     if not Path("/proc/meminfo").exists():
         pytest.skip("Linux only")

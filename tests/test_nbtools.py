@@ -1,11 +1,11 @@
-"""grpo_kit.nbtools: values recorded in a notebook come back from papermill as they were recorded."""
+"""grpo_kit.view.nbtools: values recorded in a notebook come back from papermill as they were recorded."""
 import json
 import math
 
 import nbformat
 import pytest
 
-from grpo_kit.nbtools import KEEP_ENV, MIME, read_records, run_notebook
+from grpo_kit.view.nbtools import KEEP_ENV, MIME, read_records, run_notebook
 
 
 @pytest.mark.notebook
@@ -16,7 +16,7 @@ def test_non_finite_floats_round_trip_through_a_notebook_as_floats(tmp_path, mon
     monkeypatch.setenv(KEEP_ENV, str(tmp_path / "kept"))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from grpo_kit.nbtools import record\n"
+        "from grpo_kit.view.nbtools import record\n"
         "record('nan', float('nan'))\n"
         "record('inf', float('inf'))\n"
         "record('nested', {'curve': [1.5, float('-inf')], 'word': 'nan'})\n")]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.nbtools import run_notebook
+from grpo_kit.view.nbtools import run_notebook
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "04_curriculum_group_sizes.ipynb"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.nbtools import run_notebook
+from grpo_kit.view.nbtools import run_notebook
 
 NB = Path(__file__).resolve().parent.parent / "notebooks"
 SMOKE = {"SMOKE": True}  # each notebook also drops to one thread in smoke mode

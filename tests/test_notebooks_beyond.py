@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.nbtools import run_notebook
+from grpo_kit.view.nbtools import run_notebook
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "08_beyond_scalar_rewards.ipynb"
 VARIANTS = {"grpo", "pairwise_closeness", "pairwise_learned", "hybrid_w0.3", "hybrid_w0.7", "scratchpad_grpo",

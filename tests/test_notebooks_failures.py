@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.nbtools import run_notebook
+from grpo_kit.view.nbtools import run_notebook
 
 NB = Path(__file__).resolve().parent.parent / "notebooks"
 SMOKE = {"SMOKE": True, "THREADS": 1}

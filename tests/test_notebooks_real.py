@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.nbtools import run_notebook
+from grpo_kit.view.nbtools import run_notebook
 
 NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_from_toy_to_real.ipynb"
 RUNS = {"full fine-tuning", "LoRA"}

@@ -1,8 +1,14 @@
 import torch
 
-from grpo_kit.offline import encode_groups, group_logprobs, offline_loss, pregenerate, stage_preferences
-from grpo_kit.preferences import check_preferences
-from grpo_kit.tasks import heldout_split
+from grpo_kit.core.preferences import check_preferences
+from grpo_kit.data.tasks import heldout_split
+from grpo_kit.lab.offline import (
+    encode_groups,
+    group_logprobs,
+    offline_loss,
+    pregenerate,
+    stage_preferences,
+)
 
 
 def test_stage_one_keeps_only_clear_pairs():
@@ -45,7 +51,7 @@ def test_pregenerate_labels_are_valid_and_consistent(tiny):
 
 
 def test_clear_winners_and_anchor_nll_by_hand():
-    from grpo_kit.offline import anchor_nll, clear_winners
+    from grpo_kit.lab.offline import anchor_nll, clear_winners
 
     # response 0 beats 1 clearly; 1 and 2 tie softly: only 0 is a clear winner
     m = torch.tensor([[[0.0, 1.0, 1.0], [-1.0, 0.0, 0.5], [-1.0, -0.5, 0.0]]])

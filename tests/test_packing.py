@@ -7,10 +7,10 @@ import torch
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
-from grpo_kit.logprobs import completion_logprobs, pack_rows
-from grpo_kit.memory import estimate_memory, kv_cache_bytes, model_shape
-from grpo_kit.sampling import sample_groups
-from grpo_kit.step import train_step
+from grpo_kit.loop.step import train_step
+from grpo_kit.model.logprobs import completion_logprobs, pack_rows
+from grpo_kit.model.memory import estimate_memory, kv_cache_bytes, model_shape
+from grpo_kit.model.sampling import sample_groups
 
 PROMPTS = ["12+34=", "7+5=", "99+1="]  # different lengths: left padding inside the batch
 

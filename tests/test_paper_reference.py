@@ -16,8 +16,12 @@ import statistics
 import pytest
 import torch
 
-from grpo_kit.advantages import compute_advantages, normalize_then_sum, sum_then_normalize
-from grpo_kit.losses import aggregate, grpo_per_token_loss
+from grpo_kit.core.advantages import (
+    compute_advantages,
+    normalize_then_sum,
+    sum_then_normalize,
+)
+from grpo_kit.core.losses import aggregate, grpo_per_token_loss
 
 EPS = 1e-4
 
@@ -150,7 +154,7 @@ def test_multi_objective_matches_reference(how, scale):
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_entropy_coef_matches_reference(loss_type):
     # TRL: loss = aggregated policy loss - entropy_coef * (token mean of H over the batch), for every loss_type
-    from grpo_kit.losses import entropy_bonus
+    from grpo_kit.core.losses import entropy_bonus
 
     g = torch.Generator().manual_seed(7)
     B, T = 4, 3

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.population import (
+from grpo_kit.lab.population import (
     add_variants,
     copy_variant,
     group_advantages,
@@ -19,7 +19,7 @@ from grpo_kit.population import (
     variant_scores,
     variant_weights,
 )
-from grpo_kit.train import lr_lambda, setup
+from grpo_kit.loop.train import lr_lambda, setup
 
 S3 = math.sqrt(3) / 2  # (1 - 0.5) / std([1, 1, 0, 0]) with the unbiased std sqrt(1/3)
 

@@ -8,14 +8,28 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_kit.core.preferences import (
+    ATOL,
+    PreferenceCycleWarning,
+    PreferenceError,
+    check_preferences,
+    closeness_rule,
+    correctness_rule,
+    ensemble_preferences,
+    find_cycle,
+    load_preference_groups,
+    preference_agreement,
+    preferences_from_judge,
+    preferences_from_rule,
+    preferences_from_scores,
+    preferences_from_trl_pairwise,
+    rule_from_scalar,
+    stack_groups,
+    to_trl_pairwise,
+    write_preference_groups,
+)
 from grpo_kit.errors import DataError, RewardError
-from grpo_kit.judges import math_answer
-from grpo_kit.preferences import (ATOL, PreferenceCycleWarning, PreferenceError, check_preferences, closeness_rule,
-                                  correctness_rule, ensemble_preferences, find_cycle, load_preference_groups,
-                                  preference_agreement, preferences_from_judge, preferences_from_rule,
-                                  preferences_from_scores, preferences_from_trl_pairwise, rule_from_scalar,
-                                  stack_groups, to_trl_pairwise, write_preference_groups)
-
+from grpo_kit.rewards.judges import math_answer
 
 
 def reference_valid(m) -> bool:

@@ -3,9 +3,9 @@
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.logprobs import completion_logprobs, distinct_rows
-from grpo_kit.sampling import generate, repeated_groups, sample_groups
-from grpo_kit.step import train_step
+from grpo_kit.loop.step import train_step
+from grpo_kit.model.logprobs import completion_logprobs, distinct_rows
+from grpo_kit.model.sampling import generate, repeated_groups, sample_groups
 
 PROMPTS = ["12+34=", "7+5=", "99+1="]  # different lengths: left padding inside the batch
 

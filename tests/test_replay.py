@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from grpo_kit.replay import ReplayBuffer, as_rollouts, importance_weights
-from grpo_kit.sampling import Rollouts
+from grpo_kit.loop.replay import ReplayBuffer, as_rollouts, importance_weights
+from grpo_kit.model.sampling import Rollouts
 
 
 def test_importance_weights_by_hand():
@@ -59,8 +59,13 @@ def test_what_is_stored_and_taken():
 def test_replayed_rows_use_the_behaviour_log_probs_as_old(tiny, small_cfg):
     """Behaviour = current: same update as on-policy. Behaviour far below current (ratio e > 1 + eps)
     with positive advantages: every token is clipped, so no gradient and no change."""
-    from grpo_kit.sampling import sample_groups
-    from grpo_kit.step import autocast_for, batch_logprobs, micro_slices, train_step
+    from grpo_kit.loop.step import (
+        autocast_for,
+        batch_logprobs,
+        micro_slices,
+        train_step,
+    )
+    from grpo_kit.model.sampling import sample_groups
 
     policy, tok = tiny
     cfg = small_cfg.replace(log_kl=False, max_grad_norm=1e9)
@@ -84,7 +89,7 @@ def test_replayed_rows_use_the_behaviour_log_probs_as_old(tiny, small_cfg):
 
 def test_replay_run_mixes_groups_and_resumes_exactly(tiny, small_cfg, tmp_path):
     """Replay + adaptive G + dynamic sampling: checkpoint at step 3, resume, same weights as straight."""
-    from grpo_kit.train import load_checkpoint, setup, train
+    from grpo_kit.loop.train import load_checkpoint, setup, train
 
     policy, tok = tiny
     cfg = small_cfg.replace(steps=6, replay_fraction=0.5, replay_max_age=3, adaptive_group_size=True,

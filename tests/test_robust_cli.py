@@ -76,7 +76,7 @@ def test_skipping_bad_rows_from_the_config(tmp_path, capsys):
 def test_ctrl_c_in_train_says_where_to_resume(tmp_path, capsys, monkeypatch):
     import importlib
 
-    loop = importlib.import_module("grpo_kit.train")  # the module (grpo_kit.train is also the function)
+    loop = importlib.import_module("grpo_kit.loop.train")  # the module (grpo_kit.loop.train is also the function)
 
     step = loop.grpo_step
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from grpo_kit.data.tasks import load_gsm8k, load_items, scan_items
 from grpo_kit.errors import DataError
-from grpo_kit.tasks import load_gsm8k, load_items, scan_items
 
 GOOD = {"prompt": "2+2=", "answer": "4"}
 BAD_KIT_ROWS = [  # (line, reason the loader must give)
@@ -47,7 +47,7 @@ def test_skip_drops_and_counts_every_bad_row(tmp_path, caplog):
     assert [it["prompt"] for it in items] == ["2+2=", "3+3="]
     assert [n for n, _ in bad] == list(range(2, 2 + len(BAD_KIT_ROWS)))  # every bad line, by number
     assert all(want in got for (_, want), (_, got) in zip(BAD_KIT_ROWS, bad))
-    with caplog.at_level(logging.WARNING, logger="grpo_kit.tasks"):
+    with caplog.at_level(logging.WARNING, logger="grpo_kit.data.tasks"):
         assert load_items(p, on_bad_row="skip") == items
     assert f"skipped {len(BAD_KIT_ROWS)} malformed row(s) of {len(BAD_KIT_ROWS) + 2}" in caplog.text
 

@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_kit.advantages import compute_advantages, masked_advantages
+from grpo_kit.core.advantages import compute_advantages, masked_advantages
 from grpo_kit.errors import RewardError
-from grpo_kit.judges import score, score_with_policy
+from grpo_kit.rewards.judges import score, score_with_policy
 
 NAN, INF = float("nan"), float("inf")
 

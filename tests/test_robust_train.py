@@ -9,11 +9,17 @@ from safetensors.torch import load_file, save_file
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, TrainingError
-from grpo_kit.inference import columns_of
-from grpo_kit.judges import exact_answer
-from grpo_kit.sampling import sample_groups
-from grpo_kit.step import train_step
-from grpo_kit.train import latest_checkpoint, load_checkpoint, save_checkpoint, setup, train
+from grpo_kit.eval.inference import columns_of
+from grpo_kit.loop.step import train_step
+from grpo_kit.loop.train import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    setup,
+    train,
+)
+from grpo_kit.model.sampling import sample_groups
+from grpo_kit.rewards.judges import exact_answer
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 
@@ -196,7 +202,7 @@ def test_first_ctrl_c_asks_to_stop_second_interrupts_and_the_old_handler_comes_b
     import threading
     import time
 
-    from grpo_kit.train import StopOnSignals as StopOnSigint
+    from grpo_kit.loop.train import StopOnSignals as StopOnSigint
 
     before = signal.getsignal(signal.SIGINT)
     with StopOnSigint() as stop:

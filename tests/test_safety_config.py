@@ -8,7 +8,7 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
-from grpo_kit.judges import check_reward_spec
+from grpo_kit.rewards.judges import check_reward_spec
 
 
 @pytest.fixture

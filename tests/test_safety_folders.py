@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grpo_kit.cli import main
-from grpo_kit.learned_judge import METADATA
+from grpo_kit.rewards.learned_judge import METADATA
 
 ROOT = Path(__file__).parents[1]
 RUN = "steps: 1\nnum_prompts: 2\nnum_generations: 4\neval_size: 4\neval_every: 0\nthreads: 1\ndevice: cpu\n"
@@ -161,7 +161,7 @@ def test_export_refuses_a_folder_holding_the_run(tmp_path, kit_run, capsys):
 
 @pytest.mark.parametrize("target", ["mine", ".", "~"])
 def test_make_base_refuses_a_folder_it_did_not_write_before_training(home, monkeypatch, capsys, target):
-    import grpo_kit.tiny as tiny
+    import grpo_kit.model.tiny as tiny
 
     def no_training(*a, **k):
         raise AssertionError("make-base trained although --out must be refused")
@@ -208,7 +208,7 @@ def test_export_of_a_finished_trl_run(tmp_path, capsys, lora):
     adapter that export merges into the base) becomes a folder from_pretrained loads, same logits."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_kit.tiny import load_model
+    from grpo_kit.model.tiny import load_model
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(RUN + (f"lora: {lora}\n" if lora else ""))

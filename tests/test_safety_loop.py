@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_kit import judges, schedules
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, RewardError
-from grpo_kit.judges import exact_answer, judge, score_with_policy
-from grpo_kit.train import latest_checkpoint, setup, train
+from grpo_kit.loop import schedules
+from grpo_kit.loop.train import latest_checkpoint, setup, train
+from grpo_kit.rewards import judges
+from grpo_kit.rewards.judges import exact_answer, judge, score_with_policy
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 

@@ -12,7 +12,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError
-from grpo_kit.train import (
+from grpo_kit.loop.train import (
     STATE_FILE,
     convert_checkpoint,
     latest_checkpoint,

@@ -14,8 +14,8 @@ import pytest
 
 from grpo_kit.cli import main
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.resolve import resolve_reward_func
-from grpo_kit.serve import BadRequest, make_server, parse_request, remote_reward
+from grpo_kit.rewards.resolve import resolve_reward_func
+from grpo_kit.rewards.serve import BadRequest, make_server, parse_request, remote_reward
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 

@@ -1,6 +1,10 @@
 import torch
 
-from grpo_kit.sampling import completion_mask_from_ids, position_ids_from_mask, sample_groups
+from grpo_kit.model.sampling import (
+    completion_mask_from_ids,
+    position_ids_from_mask,
+    sample_groups,
+)
 
 
 def test_mask_stops_at_first_eos():
@@ -63,7 +67,7 @@ def _naive_sample(model, ids, mask, steps, eos, pad, generator):
 def test_ended_rows_leave_the_batch_and_the_draws_do_not_change(tiny):
     """generate() forwards only the rows still decoding, yet draws the same tokens as forwarding every
     row's whole sequence at every step with the same generator."""
-    from grpo_kit.sampling import encode_prompts, generate
+    from grpo_kit.model.sampling import encode_prompts, generate
 
     model, tok = tiny
     model.eval()

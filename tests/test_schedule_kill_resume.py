@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from test_kill_resume import _cli, _latest_step, _wait_for
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.train import setup, train
+from grpo_kit.loop.train import setup, train
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
 

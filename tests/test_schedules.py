@@ -5,10 +5,9 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.dynamic import cat_rollouts, choose_groups, enough, take_groups
 from grpo_kit.errors import ConfigError
-from grpo_kit.sampling import Rollouts, row_temperatures
-from grpo_kit.schedules import (
+from grpo_kit.loop.dynamic import cat_rollouts, choose_groups, enough, take_groups
+from grpo_kit.loop.schedules import (
     AdaptiveState,
     SteerState,
     adapt_group_size,
@@ -19,6 +18,7 @@ from grpo_kit.schedules import (
     rewards_at,
     tasks_at,
 )
+from grpo_kit.model.sampling import Rollouts, row_temperatures
 
 SCHED = [[0.0, 16], [0.3, 8], [0.7, 4]]
 
@@ -100,7 +100,7 @@ def test_adaptive_changes_are_logged_in_metrics_and_log(caplog):
     plan = R()
     plan.cfg, plan.frac = cfg.replace(num_prompts=8), 0.1
     m = {"frac_reward_zero_std": 0.75}
-    with caplog.at_level(logging.INFO, logger="grpo_kit.schedules"):
+    with caplog.at_level(logging.INFO, logger="grpo_kit.loop.schedules"):
         end_step(run, plan, m, generated=64)
     assert m["num_generations"] == 8 and m["num_prompts"] == 8 and m["group_size/next"] == 16.0
     assert m["group_size/reason"].endswith("G 8 -> 16") and "G 8 -> 16" in caplog.text
@@ -120,7 +120,7 @@ def test_curricula_by_fraction_and_by_stage():
 
 
 def test_add1_has_a_small_split():
-    from grpo_kit.tasks import get_task
+    from grpo_kit.data.tasks import get_task
 
     s = get_task("add1").splits()
     assert (len(s["test"]), len(s["val"]), len(s["train"])) == (20, 10, 70)
@@ -168,7 +168,7 @@ def test_take_groups_and_cat_rollouts_pad_prompts_left_and_completions_right():
 
 
 def test_dynamic_sampling_run_fills_with_signal_and_respects_the_cap(tiny, small_cfg):
-    from grpo_kit.train import grpo_step, setup
+    from grpo_kit.loop.train import grpo_step, setup
 
     policy, tok = tiny
     import copy
@@ -192,8 +192,8 @@ def test_temperature_mix_gives_each_row_its_temperature():
 
 
 def test_temperature_mix_log_probs_use_the_row_temperature(tiny):
-    from grpo_kit.logprobs import completion_logprobs
-    from grpo_kit.sampling import sample_groups
+    from grpo_kit.model.logprobs import completion_logprobs
+    from grpo_kit.model.sampling import sample_groups
 
     policy, tok = tiny
     temps = [0.7, 1.0, 1.3]
@@ -214,7 +214,7 @@ def test_task_and_reward_curricula_in_a_run(tiny, small_cfg):
     import copy
     import re
 
-    from grpo_kit.train import setup, train
+    from grpo_kit.loop.train import setup, train
 
     policy, tok = tiny
     cfg = small_cfg.replace(task_schedule=[[0.0, "add1"], [0.5, "add2"]],
@@ -228,8 +228,8 @@ def test_task_and_reward_curricula_in_a_run(tiny, small_cfg):
 def test_curriculum_by_accuracy_moves_on_at_an_evaluation(tiny, small_cfg):
     import copy
 
-    from grpo_kit.schedules import after_eval, state
-    from grpo_kit.train import setup
+    from grpo_kit.loop.schedules import after_eval, state
+    from grpo_kit.loop.train import setup
 
     policy, tok = tiny
     cfg = small_cfg.replace(task_schedule=[[0.0, "add1"], [0.5, "add2"]], curriculum_by="accuracy",

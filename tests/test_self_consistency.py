@@ -3,10 +3,14 @@ import json
 
 import pytest
 
-from grpo_kit import inference
 from grpo_kit.cli import main
-from grpo_kit.inference import greedy_accuracy, majority_vote, self_consistency_eval
-from grpo_kit.tasks import heldout_split, save_items
+from grpo_kit.data.tasks import heldout_split, save_items
+from grpo_kit.eval import inference
+from grpo_kit.eval.inference import (
+    greedy_accuracy,
+    majority_vote,
+    self_consistency_eval,
+)
 
 
 @pytest.mark.parametrize("answers,want", [

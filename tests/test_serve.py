@@ -11,9 +11,10 @@ import torch
 
 from grpo_kit.cli import main
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.judges import exact_answer, format_reward, judge
-from grpo_kit.resolve import resolve_reward_func
-from grpo_kit.serve import (
+from grpo_kit.loop.train import setup, train
+from grpo_kit.rewards.judges import exact_answer, format_reward, judge
+from grpo_kit.rewards.resolve import resolve_reward_func
+from grpo_kit.rewards.serve import (
     BadRequest,
     completions_from_queries,
     make_server,
@@ -22,7 +23,6 @@ from grpo_kit.serve import (
     request_payload,
     score_request,
 )
-from grpo_kit.train import setup, train
 
 # ---------------------------------------------------------------- the protocol, by hand
 
@@ -150,7 +150,7 @@ def test_remote_spec_and_factory_are_checked_up_front():
         with pytest.raises(ConfigError, match="reward function|remote judge URL"):
             resolve_reward_func(bad)
     with pytest.raises(ConfigError, match="timeout_s=0"):
-        resolve_reward_func({"function": "grpo_kit.serve:remote_reward", "args": {"url": "http://h/x", "timeout_s": 0}})
+        resolve_reward_func({"function": "grpo_kit.rewards.serve:remote_reward", "args": {"url": "http://h/x", "timeout_s": 0}})
     with pytest.raises(ConfigError, match="retries=-1"):
         remote_reward("http://h/x", retries=-1)
 

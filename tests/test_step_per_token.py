@@ -3,7 +3,7 @@ The gradient by hand, per token, is in tests/test_losses.py."""
 import pytest
 import torch
 
-from grpo_kit.step import flat_advantages, train_step
+from grpo_kit.loop.step import flat_advantages, train_step
 
 
 def test_flat_advantages_shapes_and_errors():
@@ -18,7 +18,7 @@ def test_flat_advantages_shapes_and_errors():
 @pytest.mark.parametrize("loss_type,level", [("grpo", "token"), ("bnpo", "token"), ("dr_grpo", "token"),
                                              ("dapo", "token"), ("grpo", "sequence")])
 def test_a_per_token_advantage_constant_over_tokens_is_the_per_completion_step(tiny, small_cfg, loss_type, level):
-    from grpo_kit.sampling import sample_groups
+    from grpo_kit.model.sampling import sample_groups
 
     model, tok = tiny
     cfg = small_cfg.replace(loss_type=loss_type, importance_sampling_level=level, num_iterations=2, beta=0.04,

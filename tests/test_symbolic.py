@@ -5,9 +5,9 @@ import pytest
 from test_answers import CASES, LIMITS
 
 from grpo_kit.errors import RewardError
-from grpo_kit.judges import REWARD_FUNCS, math_answer
-from grpo_kit.resolve import resolve_reward_func
-from grpo_kit.symbolic import math_verify_answer
+from grpo_kit.rewards.judges import REWARD_FUNCS, math_answer
+from grpo_kit.rewards.resolve import resolve_reward_func
+from grpo_kit.rewards.symbolic import math_verify_answer
 
 
 def _ref(x: float) -> str:

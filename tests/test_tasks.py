@@ -2,8 +2,16 @@ import json
 
 import pytest
 
+from grpo_kit.data.tasks import (
+    ArithmeticTask,
+    get_task,
+    heldout_split,
+    load_gsm8k,
+    load_items,
+    read_number,
+    write_number,
+)
 from grpo_kit.errors import DataError
-from grpo_kit.tasks import ArithmeticTask, get_task, load_gsm8k, load_items, read_number, heldout_split, write_number
 
 
 def test_reversed_numbers_round_trip():

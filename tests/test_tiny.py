@@ -1,8 +1,8 @@
 import json
 
-from grpo_kit.inference import greedy_accuracy
-from grpo_kit.tasks import heldout_split
-from grpo_kit.tiny import SHIPPED, build_tokenizer, load_model
+from grpo_kit.data.tasks import heldout_split
+from grpo_kit.eval.inference import greedy_accuracy
+from grpo_kit.model.tiny import SHIPPED, build_tokenizer, load_model
 
 
 def test_tokenizer_is_a_real_fast_tokenizer(tmp_path):

@@ -3,7 +3,7 @@ import torch
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, RewardError
-from grpo_kit.train import latest_checkpoint, setup, train
+from grpo_kit.loop.train import latest_checkpoint, setup, train
 
 
 def _weights(run):
@@ -95,7 +95,7 @@ STEP_KEYS = ['loss', 'grad_norm', 'learning_rate', 'entropy', 'clip_ratio/low_me
 
 
 def test_a_step_logs_the_pinned_metric_keys_in_order():
-    from grpo_kit.train import grpo_step
+    from grpo_kit.loop.train import grpo_step
 
     cfg = GRPOConfig(steps=2, threads=1, eval_size=10, seed=3)
     assert list(grpo_step(setup(cfg))) == STEP_KEYS

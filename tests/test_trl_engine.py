@@ -7,7 +7,6 @@ import pytest
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
-from grpo_kit.diagnostics import diagnose, read_history
 from grpo_kit.engines import trl_engine
 from grpo_kit.engines.trl_engine import (
     KitHistory,
@@ -18,7 +17,8 @@ from grpo_kit.engines.trl_engine import (
     trl_config,
 )
 from grpo_kit.errors import ConfigError
-from grpo_kit.plotting import plot_history, series
+from grpo_kit.eval.diagnostics import diagnose, read_history
+from grpo_kit.view.plotting import plot_history, series
 
 CORE = ("reward", "reward_std", "frac_reward_zero_std", "rewards/exact_answer/mean", "completions/mean_length",
         "completions/clipped_ratio", "loss", "grad_norm", "learning_rate", "entropy", "clip_ratio/region_mean",
@@ -81,7 +81,7 @@ def test_cli_trains_with_trl_and_writes_the_kits_run_folder(tmp_path, capsys):
     plot_history(history, summary["evals"])
     assert (out / "curves.png").is_file() and (out / "curves.html").is_file()
     assert (out / "model" / "config.json").is_file() and "model/" in printed
-    from grpo_kit.runfolder import check_out_folder
+    from grpo_kit.data.runfolder import check_out_folder
 
     assert check_out_folder(out, overwrite=True) == out and not any(out.iterdir())  # --overwrite replaces a TRL run
 
@@ -96,7 +96,7 @@ def test_cli_refuses_trl_arguments_without_the_trl_engine(tmp_path, capsys):
 
 
 def test_a_tokenizer_without_pad_token_pads_with_eos():
-    from grpo_kit.tiny import build_tokenizer
+    from grpo_kit.model.tiny import build_tokenizer
 
     tok = build_tokenizer()
     tok.pad_token = None

@@ -38,16 +38,16 @@ import pytest
 import torch
 import trl
 import trl.trainer.grpo_trainer as trl_grpo
-from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import FusedCausalLMOutput
 
-from grpo_kit.advantages import estimate_advantages
+from datasets import Dataset
 from grpo_kit.config import GRPOConfig
-from grpo_kit.sampling import Rollouts, encode_prompts
-from grpo_kit.step import train_step
-from grpo_kit.tiny import build_tokenizer
-from grpo_kit.train import lr_lambda
+from grpo_kit.core.advantages import estimate_advantages
+from grpo_kit.loop.step import train_step
+from grpo_kit.loop.train import lr_lambda
+from grpo_kit.model.sampling import Rollouts, encode_prompts
+from grpo_kit.model.tiny import build_tokenizer
 
 P, G, L = 3, 4, 5  # prompts, group size, max completion length; B = 12
 B = P * G

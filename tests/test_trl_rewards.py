@@ -10,9 +10,9 @@ from transformers import TrainerState
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError, DataError
-from grpo_kit.tiny import load_model
-from grpo_kit.resolve import resolve_reward_func
-from grpo_kit.train import grpo_step, setup
+from grpo_kit.loop.train import grpo_step, setup
+from grpo_kit.model.tiny import load_model
+from grpo_kit.rewards.resolve import resolve_reward_func
 
 TINY = dict(num_prompts=2, num_generations=2, max_completion_length=8, steps=2, eval_size=2, eval_every=0,
             threads=1, device="cpu", log_kl=False)
@@ -28,9 +28,9 @@ def recorder(seen):
 def trls_keyword_arguments(tmp_path):
     """What TRL's own GRPOTrainer passes to a reward function (one step of a real trainer)."""
     import trl
-    from datasets import Dataset
 
-    from grpo_kit.tiny import load_model
+    from datasets import Dataset
+    from grpo_kit.model.tiny import load_model
 
     seen = []
     policy, tok = load_model("tiny", "cpu")

@@ -14,9 +14,9 @@ import yaml
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
+from grpo_kit.data.tasks import DATASETS_DIR, load_gsm8k
 from grpo_kit.engines.verl_export import compute_score, hydra_value, verl_rows
 from grpo_kit.errors import ConfigError
-from grpo_kit.tasks import DATASETS_DIR, load_gsm8k
 
 SAMPLE = str(DATASETS_DIR / "gsm8k_sample.jsonl")
 
@@ -92,7 +92,7 @@ def test_the_mapping_by_hand():
     ({"advantage_estimator": "rloo"}, "advantage_estimator"), ({"scale_rewards": "batch"}, "scale_rewards"),
     ({"loss_type": "bnpo"}, "loss_type"), ({"mask_truncated_completions": True}, "mask_truncated_completions"),
     ({"temperature": [0.7, 1.0]}, "temperature"), ({"importance_sampling_level": "sequence", "delta": 2.0}, "delta"),
-    ({"reward_funcs": [{"function": "grpo_kit.judges:distinct_n_reward", "args": {"n": 2}}]}, "reward_funcs"),
+    ({"reward_funcs": [{"function": "grpo_kit.rewards.judges:distinct_n_reward", "args": {"n": 2}}]}, "reward_funcs"),
     ({"num_iterations": 2}, "num_iterations"), ({"dynamic_sampling": True}, "dynamic_sampling")])
 def test_what_verl_cannot_express_is_refused(change, field):
     with pytest.raises(ConfigError, match=field):

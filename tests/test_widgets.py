@@ -1,4 +1,4 @@
-"""grpo_kit.widgets.redraw_on_change: the Output + observe pattern the notebooks' sliders use."""
+"""grpo_kit.view.widgets.redraw_on_change: the Output + observe pattern the notebooks' sliders use."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,7 +8,7 @@ def test_redraw_on_change_draws_once_then_on_every_change_with_the_new_values():
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    from grpo_kit.widgets import redraw_on_change
+    from grpo_kit.view.widgets import redraw_on_change
 
     a = w.IntSlider(value=1, min=0, max=8)
     b = w.ToggleButtons(options=["group", "none"], value="group")

@@ -6,11 +6,28 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_kit.advantages import (ESTIMATORS, TOKEN_LEVEL, estimate_advantages, gae, group_zscore, hybrid_gae,
-                                 kmeans_1d, kmeans_bucket, mean_centred, normalize_then_sum, pairwise_winrate,
-                                 preferences_from_rewards, process_advantages, rank_based, rloo,
-                                 sum_then_normalize, terminal_rewards, topk_baseline, topk_minus_own_BROKEN_SIGN)
 from grpo_kit.config import GRPOConfig
+from grpo_kit.core.advantages import (
+    ESTIMATORS,
+    TOKEN_LEVEL,
+    estimate_advantages,
+    gae,
+    group_zscore,
+    hybrid_gae,
+    kmeans_1d,
+    kmeans_bucket,
+    mean_centred,
+    normalize_then_sum,
+    pairwise_winrate,
+    preferences_from_rewards,
+    process_advantages,
+    rank_based,
+    rloo,
+    sum_then_normalize,
+    terminal_rewards,
+    topk_baseline,
+    topk_minus_own_BROKEN_SIGN,
+)
 from grpo_kit.errors import ConfigError, DataError
 
 S3 = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1] and of [1, 0, 0, 1]-like groups
@@ -211,7 +228,7 @@ def test_config_validates_the_estimator_names():
 def test_the_loop_uses_the_configured_estimator(small_cfg, monkeypatch):
     import importlib
 
-    train_mod = importlib.import_module("grpo_kit.train")  # the package re-exports train(), not the module
+    train_mod = importlib.import_module("grpo_kit.loop.train")  # the package re-exports train(), not the module
 
     seen = []
     real = train_mod.estimate_advantages
@@ -285,10 +302,10 @@ def test_advantage_table_figure_and_sliders(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    import grpo_kit.plotting
-    from grpo_kit.advantages import advantage_table
-    from grpo_kit.plotting import plot_advantage_bars
-    from grpo_kit.widgets import advantage_sliders
+    import grpo_kit.view.plotting
+    from grpo_kit.core.advantages import advantage_table
+    from grpo_kit.view.plotting import plot_advantage_bars
+    from grpo_kit.view.widgets import advantage_sliders
 
     r = torch.tensor([[0.0, 0.5, 1.0]])
     table = advantage_table(r)
@@ -301,7 +318,7 @@ def test_advantage_table_figure_and_sliders(monkeypatch):
         drawn.append((rewards.tolist(), {n: a.tolist() for n, a in advantages.items()}))
         return plot_advantage_bars(rewards, advantages)
 
-    monkeypatch.setattr(grpo_kit.plotting, "plot_advantage_bars", recording_plot)
+    monkeypatch.setattr(grpo_kit.view.plotting, "plot_advantage_bars", recording_plot)
     panel = advantage_sliders([0.0, 0.5, 1.0])
     sliders = [s for box in panel.children[:2] for s in box.children]
     assert len(sliders) == 3 and len(drawn) == 1 and drawn[0][0] == [0.0, 0.5, 1.0]

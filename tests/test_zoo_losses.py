@@ -5,12 +5,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_kit.critic import completion_hidden, value_head, value_loss, values
+from grpo_kit.core.losses import (
+    LOSS_TYPES,
+    aggregate,
+    bradley_terry_loss,
+    clipped_surrogate,
+    entropy_bonus,
+    grpo_per_token_loss,
+    kl_estimate,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+    learned_baseline_loss,
+    pairwise_margin_loss,
+)
 from grpo_kit.errors import DataError
-from grpo_kit.losses import (LOSS_TYPES, aggregate, bradley_terry_loss, clipped_surrogate, entropy_bonus,
-                             grpo_per_token_loss, kl_estimate, kl_k1, kl_k2, kl_k3, learned_baseline_loss,
-                             pairwise_margin_loss)
-from grpo_kit.step import loss_mask
+from grpo_kit.loop.step import loss_mask
+from grpo_kit.model.critic import completion_hidden, value_head, value_loss, values
 
 
 def approx(t, expected, tol=1e-5):
@@ -159,9 +170,9 @@ def test_value_head_on_the_tiny_model_learns_the_returns(tiny):
 @pytest.mark.parametrize("coef", [0.0, 1.0])
 def test_entropy_bonus_in_the_step(small_cfg, coef):
     # zero advantages: the surrogate has no gradient, so only the entropy bonus can move the model
-    from grpo_kit.sampling import sample_groups
-    from grpo_kit.step import train_step
-    from grpo_kit.train import setup
+    from grpo_kit.loop.step import train_step
+    from grpo_kit.loop.train import setup
+    from grpo_kit.model.sampling import sample_groups
 
     cfg = small_cfg.replace(entropy_coef=coef, learning_rate=3e-3, threads=1, log_kl=False)
     run = setup(cfg)

@@ -61,7 +61,7 @@ def is_smoke_run(nb: dict) -> bool:
 
 def executed_copy(src: Path, executed_dir: Path, smoke_dir: Path, smoke_missing: bool, timeout: int) -> Path:
     """The executed copy of ``src``: build/executed/ first, else the smoke cache (smoke mode), else run it now."""
-    from grpo_kit.nbtools import run_notebook
+    from grpo_kit.view.nbtools import run_notebook
 
     for folder in [executed_dir] + ([smoke_dir] if smoke_missing else []):
         if (folder / src.name).is_file():

@@ -37,7 +37,7 @@ def trim(history):
 
 def history_of(name, threads=1):
     from grpo_kit import GRPOConfig, setup, train
-    from grpo_kit.failures import run_failure
+    from grpo_kit.lab.failures import run_failure
 
     name = name.removeprefix("heldout/")
     seeded = re.fullmatch(r"failure_(.+)_s(\d+)(_fixed)?", name)
@@ -64,7 +64,7 @@ def write(name, history):
 
 
 if __name__ == "__main__":
-    from grpo_kit.failures import FAILURES
+    from grpo_kit.lab.failures import FAILURES
 
     names = sys.argv[1:]
     if names == ["all"]:

@@ -35,9 +35,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .. import lora
-from ..config import GRPOConfig
-from ..errors import ConfigError
+from grpo_kit.config import GRPOConfig
+from grpo_kit.errors import ConfigError
+from grpo_kit.model import lora
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class KitHistory(TrainerCallback):
         return args.world_size == 1
 
     def _evaluate(self, model, step: int) -> float:
-        from ..inference import greedy_accuracy
+        from grpo_kit.eval.inference import greedy_accuracy
 
         acc = greedy_accuracy(model, self.tokenizer, self.eval_items, max(self.cfg.max_completion_length, 1))
         self.evals.append((step, acc))
@@ -213,7 +213,7 @@ class KitHistory(TrainerCallback):
         m["step_time"] = time.perf_counter() - self._t0
         self.history.append(m)
         if self.path is not None and state.is_world_process_zero:
-            from ..runfolder import append_line
+            from grpo_kit.data.runfolder import append_line
 
             append_line(self.path, json.dumps(m, default=str))
         if self.bar is not None:
@@ -267,10 +267,9 @@ def _train(cfg: GRPOConfig, args, out_dir, policy, tokenizer, quiet: bool) -> Ki
     import trl
 
     from datasets import Dataset
-
-    from ..resolve import get_reward_funcs
-    from ..tiny import load_model
-    from ..train import capped_threads, run_items
+    from grpo_kit.loop.train import capped_threads, run_items
+    from grpo_kit.model.tiny import load_model
+    from grpo_kit.rewards.resolve import get_reward_funcs
 
     if cfg.threads:
         torch.set_num_threads(capped_threads(cfg.threads))

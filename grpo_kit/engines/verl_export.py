@@ -31,7 +31,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rewa
                   **kwargs) -> float:
     """The weighted sum of the kit reward functions ``reward_funcs`` (default ``["math_answer"]``) on one
     completion ``solution_str`` whose reference answer is ``ground_truth``."""
-    from grpo_kit.resolve import get_reward_funcs
+    from grpo_kit.rewards.resolve import get_reward_funcs
 
     funcs = get_reward_funcs(list(reward_funcs or ["math_answer"]))
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
