@@ -39,6 +39,7 @@ import torch
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.data.tasks import get_task
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.loop.train import grpo_step, setup
 from grpo_kit.model.logprobs import completion_logprobs
 from grpo_kit.model.sampling import encode_prompts, generate, row_temperatures
@@ -149,7 +150,7 @@ def trl_trainer(cfg: GRPOConfig, out_dir: str, max_steps: int, callbacks):
     items = get_task(cfg.task).splits()["train"]
     data = Dataset.from_list([{"prompt": it["prompt"], "answer": it["answer"],
                                "reverse_digits": it["reverse_digits"]} for it in items])
-    kw = cfg.to_trl()
+    kw = trl_kwargs(cfg)
     kw.update(max_steps=max_steps, output_dir=out_dir, use_cpu=True, report_to="none", save_strategy="no",
               logging_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0,
               per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=1, bf16=False)

@@ -10,10 +10,11 @@ from grpo_kit.errors import (
            GRPOKitError,
            RewardError,
 )
+from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.train import setup, train
 from grpo_kit.model.tiny import load_model
 
-__all__ = ["GRPOConfig", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
+__all__ = ["GRPOConfig", "check_config", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
            "RewardError", "CheckpointError"]
 __version__ = "0.1.0"
 

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume and another --steps: accept that the learning-rate and other fraction-based "
                         "schedules are stretched over the new total (their values at the resumed step change)")
     t.add_argument("--engine", choices=("kit", "trl"), default="kit",
-                   help="kit: the kit's own loop (default); trl: TRL's GRPOTrainer with cfg.to_trl(), the same "
+                   help="kit: the kit's own loop (default); trl: TRL's GRPOTrainer with trl_kwargs(cfg), the same "
                         "run folder files (history.jsonl, plots, diagnostics)")
     t.add_argument("--trl-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="with --engine trl: an extra trl.GRPOConfig argument, e.g. use_vllm=true (repeatable)")
@@ -302,11 +302,12 @@ def cmd_demo(args) -> int:
 
 def cmd_train(args) -> int:
     from grpo_kit.config import GRPOConfig
+    from grpo_kit.loop.checks import check_config
 
     cfg = GRPOConfig.from_yaml(args.config)
     changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "steps": args.steps}.items()
                if v is not None}
-    cfg = cfg.replace(**changes)
+    cfg = check_config(cfg.replace(**changes))  # every name it gives, before a folder is made or a model loaded
     if args.trl_arg and args.engine != "trl":
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
@@ -462,12 +463,13 @@ def _trl_run_model(run_dir: Path, shown) -> tuple[Path, dict]:
 
 
 def cmd_export_verl(args) -> int:
-    """Print ``python3 -m verl.trainer.main_ppo`` with ``cfg.to_verl()``; with ``--data-out`` write the data too."""
+    """Print ``python3 -m verl.trainer.main_ppo`` with ``verl_overrides(cfg)``; with ``--data-out`` write the data too."""
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.engines.verl_export import verl_command, verl_rows
+    from grpo_kit.engines.verl_export import verl_command, verl_overrides, verl_rows
+    from grpo_kit.loop.checks import check_config
 
-    cfg = GRPOConfig.from_yaml(args.config)
-    overrides = cfg.to_verl(max_prompt_length=args.max_prompt_length, rollout=args.rollout)
+    cfg = check_config(GRPOConfig.from_yaml(args.config))
+    overrides = verl_overrides(cfg, max_prompt_length=args.max_prompt_length, rollout=args.rollout)
     files = {}
     if args.data_out:
         from datasets import Dataset, disable_progress_bars
@@ -504,10 +506,10 @@ def cmd_export_verl(args) -> int:
 def cmd_pregen(args) -> int:
     import random
 
-    from grpo_kit.core.preferences import write_preference_groups
     from grpo_kit.data.tasks import get_task
     from grpo_kit.lab.offline import pregenerate
     from grpo_kit.model.tiny import load_model
+    from grpo_kit.rewards.pairwise import write_preference_groups
 
     if args.k < 2:
         raise UsageError(f"--k {args.k}: a preference group needs at least 2 responses")
@@ -530,7 +532,6 @@ def cmd_train_judge(args) -> int:
     """Train a learned judge on preference groups, hold out whole groups, save it with its metadata."""
     import math
 
-    from grpo_kit.core.preferences import load_preference_groups
     from grpo_kit.data.runfolder import (
         MODEL_FILES,
         check_output,
@@ -545,6 +546,7 @@ def cmd_train_judge(args) -> int:
         split_groups,
         train_learned_judge,
     )
+    from grpo_kit.rewards.pairwise import load_preference_groups
 
     out = check_path(args.out, "--out")
     old = check_output(out, (*MODEL_FILES, METADATA), args.overwrite, inputs=(args.data, _model_folder(args.base)),
@@ -607,7 +609,8 @@ def cmd_make_base(args) -> int:
         check_path,
         remove_own,
     )
-    from grpo_kit.model.tiny import BASE_REPORT, save_base, shipped_path, train_base
+    from grpo_kit.lab.base import BASE_REPORT, save_base, train_base
+    from grpo_kit.model.tiny import shipped_path
 
     out = check_path(args.out, "--out") if args.out else shipped_path("tiny" if args.task == "add2"
                                                                         else f"tiny-{args.task}")

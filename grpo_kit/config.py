@@ -4,8 +4,15 @@ Field names follow TRL's ``GRPOConfig`` wherever TRL has the same knob (``num_ge
 ``beta``, ``epsilon``, ``epsilon_high``, ``delta``, ``loss_type``, ``scale_rewards``,
 ``importance_sampling_level``, ``max_completion_length``, ``temperature``, ``learning_rate``,
 ``max_grad_norm``, ``num_iterations``, ``mask_truncated_completions``), with TRL's meaning;
-``to_trl()`` maps the rest (a kit step is ``num_iterations`` TRL optimizer steps) and refuses what
-TRL cannot express. Defaults are tuned for the tiny model on a 2-core CPU.
+``grpo_kit.engines.trl_engine.trl_kwargs`` maps the rest (a kit step is ``num_iterations`` TRL
+optimizer steps) and refuses what TRL cannot express. Defaults are tuned for the tiny model on a
+2-core CPU.
+
+``validate()`` checks what a config says by itself: types, ranges and the rules between fields. The
+names a config gives (a task, reward functions, an estimator, step and pairwise judges, LoRA
+targets, schedules) are checked against the kit's registries by ``grpo_kit.loop.checks.check_config``,
+which ``setup()`` and every CLI command run before anything is loaded; this module imports nothing
+of the kit but its errors.
 """
 from __future__ import annotations
 
@@ -25,20 +32,6 @@ def _is_int(v) -> bool:
 def _is_num(v) -> bool:
     """A finite int or float, not a bool."""
     return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
-
-
-def _is_scratchpad(task: str) -> bool:
-    """Whether a built-in task writes the column sums before its answer (``tasks.ArithmeticTask.scratchpad``)."""
-    from grpo_kit.data.tasks import TASKS
-
-    return task in TASKS and TASKS[task].scratchpad
-
-
-def _task_names() -> list[str]:
-    """Built-in tasks that can be trained and evaluated (see ``tasks.task_names``)."""
-    from grpo_kit.data.tasks import task_names
-
-    return task_names()
 
 
 def _show(value, limit: int = 200) -> str:
@@ -130,7 +123,7 @@ class GRPOConfig:
     """Tokens generated per completion at most (TRL's name); also the Dr. GRPO normaliser."""
     temperature: float | list[float] = 1.0
     """Sampling temperature; a list gives each group a mix (cycled over its G completions; TRL has one
-    temperature, so ``to_trl()`` refuses a list)."""
+    temperature, so ``trl_kwargs()`` refuses a list)."""
 
     # --- the objective
     scale_rewards: str = "none"
@@ -142,14 +135,14 @@ class GRPOConfig:
     'process' (per-token advantages from ``step_judge``), 'hybrid_gae' (group advantage mixed with GAE
     from a value head trained in the loop, ``hybrid_weight``) and 'pairwise' (win rates from
     ``pairwise_judges``) make more than one scalar per completion (``beyond_scalar.py``); the reward
-    functions are still scored and logged with them. TRL has none of these three (``to_trl()`` refuses them)."""
+    functions are still scored and logged with them. TRL has none of these three (``trl_kwargs()`` refuses them)."""
     loss_type: str = "dapo"
     """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers;
     TRL 1.16's 'cispo', 'sapo', 'luspo' and 'vespo' are not implemented and refused by ``validate()``)."""
     beta: float = 0.0
     """KL coefficient against the frozen reference (k3 estimator); 0 drops the KL term from the loss.
     The KL term is not multiplied by the importance ratio (TRL's ``use_bias_correction_kl=False``,
-    which ``to_trl()`` sets; TRL's default True changes the KL gradient)."""
+    which ``trl_kwargs()`` sets; TRL's default True changes the KL gradient)."""
     epsilon: float = 0.2
     """Lower clip: ratios below 1 - epsilon stop pulling down negative-advantage tokens."""
     epsilon_high: float | None = None
@@ -365,11 +358,15 @@ class GRPOConfig:
         """B = P * G completions per step."""
         return self.num_prompts * self.num_generations
 
+    def refuse(self, name: str, rule: str):
+        """Raise the :class:`ConfigError` every check raises: the field, its value (cut when huge) and the rule."""
+        raise ConfigError(f"GRPOConfig.{name}={_show(getattr(self, name))}: {rule}")
+
     def validate(self) -> "GRPOConfig":
         """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range."""
         def need(ok, name, rule):
             if not ok:
-                raise ConfigError(f"GRPOConfig.{name}={_show(getattr(self, name))}: {rule}")
+                self.refuse(name, rule)
 
         def choice(name, options):
             need(isinstance(getattr(self, name), str) and getattr(self, name) in options, name,
@@ -391,23 +388,15 @@ class GRPOConfig:
         # what to train
         need(isinstance(self.model, str) and self.model.strip() != "", "model",
              "must be a model folder, a Hugging Face hub name or 'tiny'")
-        need(isinstance(self.task, str) and self.task in _task_names(), "task", f"choose one of {_task_names()}")
+        need(isinstance(self.task, str) and self.task.strip() != "", "task",
+             "must be the name of a task (grpo_kit.data.tasks.task_names())")
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
-        from grpo_kit.data.tasks import TASKS
-
-        need(self.task in TASKS or self.dataset is not None or self.task_schedule is not None, "task",
-             f"ships only a held-out split (datasets/{self.task}_test.jsonl), no training items: give a training "
-             f"file in dataset (e.g. datasets/{self.task}_sample.jsonl) or choose a task of {sorted(TASKS)}")
         choice("chat_template", ("auto", "on", "off"))
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
              "strings or {'function': ..., 'args': {...}} factories")
-        from grpo_kit.rewards.judges import check_reward_spec
-
-        for f in self.reward_funcs:  # by form only: importing a 'module:function' runs its code, so only
-            check_reward_spec(f)     # the commands that score import it (train.setup, serve-judge)
         need(self.reward_weights is None or (isinstance(self.reward_weights, list)
                                              and all(_is_num(w) for w in self.reward_weights)
                                              and len(self.reward_weights) == len(self.reward_funcs)),
@@ -415,8 +404,6 @@ class GRPOConfig:
         need(isinstance(self.gold_reward_funcs, list)
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.gold_reward_funcs),
              "gold_reward_funcs", "must be a list of reward functions written as in reward_funcs, empty for none")
-        for f in self.gold_reward_funcs:
-            check_reward_spec(f)
         integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
         # sampling
@@ -429,9 +416,8 @@ class GRPOConfig:
              "must be a finite number > 0 (or a non-empty list of them)")
         # the objective
         choice("scale_rewards", ("group", "batch", "none"))
-        from grpo_kit.core.advantages import ESTIMATORS
-
-        choice("advantage_estimator", tuple(ESTIMATORS))
+        need(isinstance(self.advantage_estimator, str) and self.advantage_estimator != "", "advantage_estimator",
+             "must be the name of an estimator (grpo_kit.core.advantages.ESTIMATORS)")
         self._validate_beyond_scalar(need, number)
         choice("kl_estimator", ("k1", "k2", "k3"))
         number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
@@ -458,16 +444,6 @@ class GRPOConfig:
         integer("warmup_steps", 0)
         number("max_grad_norm", "> 0", lambda v: v > 0)
         integer("micro_batch_size", 1, optional=True)
-        from grpo_kit.loop.schedules import samples_per_step, validate_steering
-
-        validate_steering(self)  # steering fields: schedules, adaptive G, curricula, dynamic sampling, replay
-        B = samples_per_step(self)
-        need(self.micro_batch_size is None or B % self.micro_batch_size == 0, "micro_batch_size",
-             f"must divide the batch B = {'samples_per_step' if self.samples_per_step else 'num_prompts*num_generations'}"
-             f" = {B} (or None)")
-        from grpo_kit.model.lora import check_lora
-
-        check_lora(self.lora)  # keys, rank, alpha, dropout, target module names (checked against the model in setup)
         # hardware
         choice("device", ("auto", "cpu", "cuda"))
         if self.device == "cuda":
@@ -502,12 +478,6 @@ class GRPOConfig:
 
     def _validate_beyond_scalar(self, need, number) -> None:
         """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
-        from grpo_kit.loop.beyond_scalar import (
-            STEP_JUDGES,
-            check_pairwise_judge,
-            check_step_judge,
-        )
-
         est = self.advantage_estimator
         for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
             number(name, "in [0, 1]", lambda v: 0 <= v <= 1)
@@ -515,13 +485,7 @@ class GRPOConfig:
         number("pairwise_temperature", "> 0", lambda v: v > 0, optional=True)
         need(self.pairwise_ensemble in ("mean", "vote"), "pairwise_ensemble", "choose 'mean' or 'vote'")
         need((isinstance(self.step_judge, str) and self.step_judge) or callable(self.step_judge), "step_judge",
-             f"must be a name of {sorted(STEP_JUDGES)} or 'package.module:function'")
-        if est == "process":
-            check_step_judge(self.step_judge)  # ConfigError naming it: unknown name, malformed (nothing imported)
-            need(self.step_judge != "column_sums" or self.dataset is not None or self.task_schedule is not None
-                 or _is_scratchpad(self.task), "step_judge",
-                 f"'column_sums' reads the scratchpad task's column sums, and task={self.task!r} has no scratchpad; "
-                 f"use task: add2s, or a step judge for your completions ('package.module:function')")
+             "must be a name of grpo_kit.loop.beyond_scalar.STEP_JUDGES or 'package.module:function'")
         judges_ = self.pairwise_judges
         need(isinstance(judges_, list) and all((isinstance(j, str) and j) or callable(j) for j in judges_),
              "pairwise_judges", "must be a list of judges: 'correctness', 'closeness', 'learned:PATH', "
@@ -531,8 +495,6 @@ class GRPOConfig:
              f"or remove pairwise_judges")
         need(est != "pairwise" or judges_, "pairwise_judges",
              "is empty; advantage_estimator='pairwise' needs at least one judge, e.g. [correctness]")
-        for j in judges_ if est == "pairwise" else ():
-            check_pairwise_judge(j)  # ConfigError naming the entry (nothing imported or loaded)
         w = self.pairwise_weights
         need(w is None or (isinstance(w, list) and len(w) == len(judges_) and all(_is_num(x) and x >= 0 for x in w)
                            and sum(w) > 0), "pairwise_weights",
@@ -605,7 +567,7 @@ class GRPOConfig:
             raise ConfigError(f"unknown config field(s) {unknown}")
         return dataclasses.replace(self, **changes).validate()
 
-    def _cuda(self) -> bool:
+    def on_cuda(self) -> bool:
         """Whether this config trains on CUDA (where ``bf16`` applies) on this machine."""
         if self.device == "auto":
             import torch
@@ -613,197 +575,12 @@ class GRPOConfig:
             return torch.cuda.is_available()
         return self.device == "cuda"
 
-    def _refuse_steering(self, engine: str) -> None:
-        """ConfigError when a field that steers the run over time is set: other engines have none of them."""
-        steering = [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
-                                "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
-                    if getattr(self, k) not in (None, False, 0.0)]
-        if steering:
-            raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no {engine} equivalent; "
-                              f"reset them to their defaults to export to {engine}")
-
-    def to_verl(self, max_prompt_length: int = 512, rollout: str = "vllm") -> dict:
-        """verl 0.9.1 overrides (Hydra dotted keys of ``verl/trainer/config/ppo_trainer.yaml`` -> value) for
-        the same objective with ``python3 -m verl.trainer.main_ppo``; ``grpo-kit export-verl`` prints them.
-
-        Mapped: the GRPO advantage (``algorithm.adv_estimator=grpo``; ``scale_rewards`` 'group' /
-        'none' -> ``norm_adv_by_std_in_grpo`` true / false), G (``rollout.n``), P (``data.train_batch_size``
-        and ``ppo_mini_batch_size``, both counted in prompts: one update per pass over the batch),
-        ``num_iterations`` (``ppo_epochs``), ``micro_batch_size`` (``ppo_micro_batch_size_per_gpu``, in
-        completions), the clip range (``clip_ratio_low`` / ``clip_ratio_high``), ``delta`` (verl's dual-clip
-        ``clip_ratio_c``, which caps the ratio of negative-advantage tokens: the same cap, since with
-        ``delta > 1 + epsilon_high`` the cap only binds there; without ``delta`` it is set to 1e9, no cap),
-        the KL loss (``use_kl_loss``, ``kl_loss_coef = beta``, ``kl_loss_type`` k1/k2/k3; verl clamps its
-        k3 to [-10, 10]), the loss aggregation (``loss_agg_mode``: grpo -> seq-mean-token-mean, dapo ->
-        token-mean, dr_grpo -> seq-mean-token-sum-norm with ``loss_scale_factor = max_completion_length``),
-        GSPO (``policy_loss.loss_mode=gspo``), ``entropy_coeff``, LoRA (``model.lora_rank``, ``lora_alpha``,
-        ``target_modules``; a LoRA dropout is refused), the optimizer (lr, weight decay, grad clip,
-        warm-up, cosine or constant), the lengths, sampling (temperature, no top-k/top-p), the model, the seed,
-        and the reward: ``compute_score`` of ``grpo_kit/engines/verl_export.py`` with this config's
-        ``reward_funcs`` and ``reward_weights`` (``+`` adds keys the default config lacks).
-
-        Refused (ConfigError): an advantage estimator other than 'grpo' or ``scale_rewards='batch'`` (verl's
-        GRPO advantage is per group); ``loss_type='bnpo'`` (a mean over each micro-batch's tokens);
-        ``mask_truncated_completions``; a list of temperatures; GSPO with ``delta``; reward functions given
-        as callables or factories (verl imports them by name); ``num_iterations > 1`` with a cosine or
-        warm-up schedule (the kit advances it per optimizer update; verl's count is not checked here); and
-        the fields that steer a run over time.
-        """
-        from grpo_kit.model.tiny import resolve_model
-
-        def refuse(field_, rule):
-            raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to verl: {rule}")
-
-        self._refuse_steering("verl")
-        if self.advantage_estimator != "grpo":
-            refuse("advantage_estimator", "export 'grpo' (verl's estimators differ in detail from the kit's others)")
-        if self.scale_rewards == "batch":
-            refuse("scale_rewards", "verl's GRPO advantage normalises per group; use 'group' or 'none'")
-        if self.loss_type == "bnpo":
-            refuse("loss_type", "verl has no per-micro-batch token mean; use 'dapo' (token-mean over the batch), "
-                                "'grpo' or 'dr_grpo'")
-        if self.mask_truncated_completions:
-            refuse("mask_truncated_completions", "verl's trainer has no such switch; set it to false")
-        if isinstance(self.temperature, list):
-            refuse("temperature", "verl samples every completion at one temperature; give a single number")
-        if self.importance_sampling_level == "sequence" and self.delta is not None:
-            refuse("delta", "verl's GSPO loss has no dual clip; set delta to null for importance_sampling_level "
-                            "'sequence'")
-        if not all(isinstance(f, str) for f in self.reward_funcs):
-            refuse("reward_funcs", "verl imports the reward by name: give names or 'package.module:function' strings")
-        if self.num_iterations > 1 and (self.lr_schedule != "constant" or self.warmup_steps):
-            refuse("num_iterations", "with several updates per batch the kit advances the LR schedule per update; "
-                                     "export with num_iterations=1, or lr_schedule='constant' and warmup_steps=0")
-        if not (_is_int(max_prompt_length) and max_prompt_length >= 1):
-            raise ConfigError(f"max_prompt_length={max_prompt_length!r}: give the prompt tokens verl reserves (>= 1)")
-        actor, rollout_ = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
-        reward = "reward.custom_reward_function."
-        from grpo_kit.engines import verl_export
-
-        model = resolve_model(self.model, warn=False)
-        return {**self._verl_lora(refuse), **{
-            "algorithm.adv_estimator": "grpo",
-            "algorithm.norm_adv_by_std_in_grpo": self.scale_rewards == "group",
-            "algorithm.use_kl_in_reward": False,
-            "data.train_batch_size": self.num_prompts,
-            "data.max_prompt_length": max_prompt_length,
-            "data.max_response_length": self.max_completion_length,
-            "data.seed": self.seed,
-            "actor_rollout_ref.model.path": str(model.resolve()) if isinstance(model, Path) else model,
-            "actor_rollout_ref.model.enable_gradient_checkpointing": self.gradient_checkpointing,
-            rollout_ + "name": rollout,
-            rollout_ + "n": self.num_generations,
-            rollout_ + "temperature": self.temperature,
-            rollout_ + "top_k": -1,
-            rollout_ + "top_p": 1.0,
-            rollout_ + "seed": self.seed,
-            actor + "ppo_mini_batch_size": self.num_prompts,
-            actor + "ppo_micro_batch_size_per_gpu": self.micro_batch_size or self.batch_size,
-            actor + "ppo_epochs": self.num_iterations,
-            actor + "clip_ratio_low": self.epsilon,
-            actor + "clip_ratio_high": self.epsilon if self.epsilon_high is None else self.epsilon_high,
-            actor + "clip_ratio_c": 1e9 if self.delta is None else self.delta,
-            actor + "policy_loss.loss_mode": "gspo" if self.importance_sampling_level == "sequence" else "vanilla",
-            actor + "loss_agg_mode": {"grpo": "seq-mean-token-mean", "dapo": "token-mean",
-                                      "dr_grpo": "seq-mean-token-sum-norm"}[self.loss_type],
-            actor + "loss_scale_factor": self.max_completion_length if self.loss_type == "dr_grpo" else None,
-            actor + "use_kl_loss": self.beta > 0,
-            actor + "kl_loss_coef": self.beta,
-            actor + "kl_loss_type": self.kl_estimator,
-            actor + "entropy_coeff": self.entropy_coef,
-            actor + "optim.lr": self.learning_rate,
-            actor + "optim.weight_decay": self.weight_decay,
-            actor + "optim.clip_grad": self.max_grad_norm,
-            actor + "optim.lr_warmup_steps": self.warmup_steps,
-            actor + "optim.lr_scheduler_type": self.lr_schedule,
-            "trainer.total_training_steps": self.steps,
-            reward + "path": str(Path(verl_export.__file__).resolve()),
-            reward + "name": verl_export.REWARD_NAME,
-            "+" + reward + "reward_kwargs.reward_funcs": list(self.reward_funcs),
-            "+" + reward + "reward_kwargs.reward_weights": self.reward_weights,
-        }}
-
-    def _verl_lora(self, refuse) -> dict:
-        """``lora`` as verl's actor model keys (rank, alpha, target modules); verl has no LoRA dropout."""
-        if self.lora is None:
-            return {}
-        from grpo_kit.model.lora import lora_settings
-
-        s = lora_settings(self.lora)
-        if s["dropout"]:
-            refuse("lora", "verl's LoRA has no dropout setting; set lora.dropout to 0")
-        return {"actor_rollout_ref.model.lora_rank": s["r"], "actor_rollout_ref.model.lora_alpha": s["alpha"],
-                "actor_rollout_ref.model.target_modules": list(s["target_modules"])}
-
-    def to_trl(self) -> dict:
-        """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
-
-        Each field keeps its meaning (``tests/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
-        configured by this dict and the kit side by side and compares gradients; ``tests/test_config.py``
-        reads every value back from ``trl.GRPOConfig``):
-
-        - a kit step samples one batch and makes ``num_iterations`` optimizer updates on it; TRL counts
-          optimizer updates, so ``max_steps = steps * num_iterations``, and one generation batch of
-          B = P*G rows spans ``steps_per_generation = gradient_accumulation_steps = B / micro_batch_size``
-          micro-batches of ``per_device_train_batch_size = micro_batch_size`` rows;
-        - the LR schedule advances per optimizer update in both (``lr_schedule``);
-        - the KL term is not importance-weighted (``use_bias_correction_kl=False``, see ``beta``);
-        - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8), plain sampling (top_k 0, top_p 1).
-
-        Refused (ConfigError) because TRL cannot express it: a list of temperatures (TRL has one);
-        a KL estimator other than k3; an advantage estimator TRL lacks; and, with more than one
-        micro-batch, ``loss_type='bnpo'`` or ``entropy_coef != 0``: TRL shuffles the rows of each
-        generated batch before cutting it into micro-batches, and these two average over each
-        micro-batch's tokens, so their value depends on which rows share a micro-batch (the kit keeps
-        each group's rows together). Every other objective is a sum over rows, which no shuffle changes.
-        Also refused: the fields that steer a run over time (group-size schedules, curricula, dynamic
-        sampling, replay, a completion budget), which TRL's trainer does not have.
-        Not objective: TRL draws prompts without replacement per epoch, the kit with replacement.
-        """
-        def refuse(field_, rule):
-            raise ConfigError(f"GRPOConfig.{field_}={getattr(self, field_)!r} cannot be exported to TRL: {rule}")
-
-        self._refuse_steering("TRL")
-        if self.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
-            refuse("advantage_estimator", "TRL has no such estimator; use 'grpo', 'sum_then_normalize' or "
-                                          "'normalize_then_sum'")
-        if self.kl_estimator != "k3":
-            refuse("kl_estimator", "TRL's GRPOTrainer uses k3 only; set kl_estimator='k3'")
-        if isinstance(self.temperature, list):
-            refuse("temperature", "TRL samples every completion at one temperature; give a single number")
-        micro = self.micro_batch_size or self.batch_size
-        if micro < self.batch_size and (self.loss_type == "bnpo" or self.entropy_coef != 0):
-            what = "loss_type='bnpo'" if self.loss_type == "bnpo" else f"entropy_coef={self.entropy_coef}"
-            refuse("micro_batch_size", f"with {self.batch_size // micro} micro-batches, {what} averages over each "
-                                       f"micro-batch's tokens and TRL shuffles rows across micro-batches, so the "
-                                       f"objective would differ; use micro_batch_size=None (one micro-batch) or "
-                                       f"loss_type='dapo' with entropy_coef=0")
-        accumulation = self.batch_size // micro
-        if self.lr_schedule == "cosine":
-            schedule = "cosine"
-        else:
-            schedule = "constant_with_warmup" if self.warmup_steps else "constant"
-        return {
-            "multi_objective_aggregation": "normalize_then_sum" if self.advantage_estimator == "normalize_then_sum"
-            else "sum_then_normalize",
-            "num_generations": self.num_generations,
-            "max_completion_length": self.max_completion_length,
-            "temperature": self.temperature, "top_k": 0, "top_p": 1.0,
-            "scale_rewards": self.scale_rewards, "loss_type": self.loss_type, "beta": self.beta,
-            "use_bias_correction_kl": False,
-            "epsilon": self.epsilon, "epsilon_high": self.epsilon_high, "delta": self.delta,
-            "importance_sampling_level": self.importance_sampling_level,
-            "num_iterations": self.num_iterations,
-            "mask_truncated_completions": self.mask_truncated_completions, "entropy_coef": self.entropy_coef,
-            "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
-            "optim": "adamw_torch", "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
-            "lr_scheduler_type": schedule, "warmup_steps": self.warmup_steps, "max_grad_norm": self.max_grad_norm,
-            "max_steps": self.steps * self.num_iterations, "seed": self.seed, "reward_weights": self.reward_weights,
-            "per_device_train_batch_size": micro,
-            "gradient_accumulation_steps": accumulation, "steps_per_generation": accumulation,
-            "activation_checkpointing": self.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
-            "bf16": self.bf16 and self._cuda(), "use_cpu": not self._cuda(),
-        }
+    def steering_fields(self) -> list[str]:
+        """The fields set away from their defaults that steer the run over time (schedules, curricula,
+        dynamic sampling, replay, budgets): other engines have none of them."""
+        return [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
+                            "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
+                if getattr(self, k) not in (None, False, 0.0)]
 
 
 def _float_fields() -> set[str]:

@@ -50,6 +50,7 @@ from grpo_kit.core.advantages import group_zscore, pairwise_winrate
 from grpo_kit.data.tasks import DATASETS_DIR, heldout_split
 from grpo_kit.lab.offline import train_offline
 from grpo_kit.rewards import judges as J
+from grpo_kit.rewards import pairwise as PW
 from grpo_kit.view.dashboard import Dashboard
 from grpo_kit.view.nbtools import record
 
@@ -160,7 +161,7 @@ assert cycle is not None and all(PR.find_cycle(m) is None for m in members)
 # down and the probability went to answers nobody had sampled. Set `NLL_COEF = 0` to see it.
 
 # %%
-records = PR.load_preference_groups(DATASETS_DIR / "add2_prefs.jsonl")
+records = PW.load_preference_groups(DATASETS_DIR / "add2_prefs.jsonl")
 K = len(records[0]["responses"])
 print(f"{len(records)} groups of {K}; first group:", records[0]["prompt"], records[0]["responses"])
 print(records[0]["preference_matrix"].numpy().round(1))

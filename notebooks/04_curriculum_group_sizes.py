@@ -50,7 +50,7 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from grpo_kit.config import GRPOConfig
+from grpo_kit import GRPOConfig, check_config
 from grpo_kit.core.advantages import zero_std_groups
 from grpo_kit.loop import schedules
 from grpo_kit.loop.train import setup, train
@@ -136,7 +136,7 @@ PRESETS = {
 def preview_lines(schedule, samples):
     """Text and (fraction, G, P) points of a schedule, or the ConfigError message."""
     try:
-        cfg = GRPOConfig(samples_per_step=samples, group_size_schedule=schedule).validate()
+        cfg = check_config(GRPOConfig(samples_per_step=samples, group_size_schedule=schedule))
     except Exception as e:  # noqa: BLE001 - shown to the reader
         return f"{type(e).__name__}: {e}", None
     rows = schedules.preview(cfg, 11)
@@ -414,7 +414,7 @@ record("replay_decline", summary)
 # full run we also check that training at this budget lifts held-out accuracy above the base
 # model's for the best strategy (the tiny model first dips below its base accuracy for a few
 # dozen steps, so a strategy that spends its budget on few updates may end below it). Whether a strategy *helped* is read from the table, not asserted: the verdicts
-# printed above come from these runs, and the closing note of the issue lists them. In SMOKE
+# printed above come from these runs. In SMOKE
 # mode the budgets are far too small to say anything about accuracy.
 
 # %%

@@ -68,7 +68,6 @@ import pandas as pd
 import torch
 from grpo_kit.config import GRPOConfig
 from grpo_kit.core.advantages import compute_advantages, pairwise_winrate, rank_based
-from grpo_kit.core.preferences import load_preference_groups
 from grpo_kit.data.tasks import DATASETS_DIR, get_task
 from grpo_kit.eval.inference import columns_of, greedy_accuracy
 from grpo_kit.loop import beyond_scalar
@@ -77,6 +76,7 @@ from grpo_kit.model.sampling import sample_groups
 from grpo_kit.model.tiny import load_model
 from grpo_kit.rewards import learned_judge
 from grpo_kit.rewards.judges import exact_answer
+from grpo_kit.rewards.pairwise import load_preference_groups
 from grpo_kit.view.dashboard import Dashboard
 from grpo_kit.view.nbtools import record
 from grpo_kit.view.plotting import smooth

@@ -73,10 +73,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit import GRPOConfig, load_model, setup, train
+from grpo_kit import GRPOConfig, check_config, load_model, setup, train
 from grpo_kit.cli import main as cli_main
 from grpo_kit.core.advantages import compute_advantages
 from grpo_kit.data.tasks import DATASETS_DIR, heldout_split, load_gsm8k
+from grpo_kit.engines.trl_engine import trl_kwargs
+from grpo_kit.engines.verl_export import verl_overrides
 from grpo_kit.eval.diagnostics import read_history
 from grpo_kit.eval.inference import columns_of, greedy_accuracy
 from grpo_kit.loop.train import pick_device
@@ -115,7 +117,7 @@ cfg = GRPOConfig(model=MODEL, dataset=str(REPO / DATASET) if DATASET else None, 
                  max_completion_length=RECIPE["max_completion_length"], learning_rate=RECIPE["full_lr"],
                  seed=SEED, steps=STEPS, threads=THREADS, eval_every=50 if not SMOKE else STEPS,
                  eval_size=50 if SMOKE else 500, diagnose_every=0)
-cfg.validate()
+check_config(cfg)  # every field and every name the config gives, before anything is loaded
 print(f"model {cfg.model!r}, task {cfg.task!r}, data {DATASET or 'the built-in sums'}, device {cfg.device!r}; "
       f"P={cfg.num_prompts} x G={cfg.num_generations} completions a step, {cfg.steps} steps; "
       f"rewards {cfg.reward_funcs}")
@@ -452,9 +454,9 @@ print(f"\ngreedy held-out accuracy: the LoRA policy {acc_lora_policy:.1%}, the e
 
 # %% [markdown]
 # ### The same config for TRL and verl
-# `cfg.to_trl()` gives `trl.GRPOConfig`'s arguments for the same objective and schedule (`grpo-kit
+# `trl_kwargs(cfg)` gives `trl.GRPOConfig`'s arguments for the same objective and schedule (`grpo-kit
 # train --engine trl` runs TRL's `GRPOTrainer` with them, the kit's reward functions and data, and
-# hands `lora` over as peft's `LoraConfig`); `cfg.to_verl()` gives verl's Hydra overrides
+# hands `lora` over as peft's `LoraConfig`); `verl_overrides(cfg)` gives verl's Hydra overrides
 # (`grpo-kit export-verl` prints the whole command).
 
 # %%
@@ -466,13 +468,13 @@ def md_table(d: dict, left: str, right: str) -> str:
 
 
 cfg_lora = configs["LoRA"]
-trl_args = cfg_lora.to_trl()
-verl_overrides = cfg_lora.to_verl()
+trl_args = trl_kwargs(cfg_lora)
+verl_overrides = verl_overrides(cfg_lora)
 display(Markdown(md_table(trl_args, "trl.GRPOConfig argument", "value")))
 print("peft_config (TRL's GRPOTrainer(peft_config=...)):", peft_config(cfg_lora.lora))
 display(Markdown(md_table(verl_overrides, "verl override", "value")))
 if not any("lora" in k for k in verl_overrides):
-    print(f"to_verl() carries no LoRA setting: with verl add actor_rollout_ref.model.lora_rank={LORA['r']} "
+    print(f"verl_overrides() carries no LoRA setting: with verl add actor_rollout_ref.model.lora_rank={LORA['r']} "
           f"actor_rollout_ref.model.lora_alpha={LORA['alpha']} (its target_modules default is all linear layers)")
 
 # %% [markdown]

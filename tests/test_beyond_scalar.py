@@ -11,7 +11,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.core.advantages import pairwise_winrate, rank_based
-from grpo_kit.core.preferences import average_orders, correctness_rule
+from grpo_kit.core.preferences import average_orders
 from grpo_kit.errors import ConfigError, RewardError
 from grpo_kit.loop import beyond_scalar as bs
 from grpo_kit.loop.train import setup, train
@@ -19,6 +19,7 @@ from grpo_kit.model.critic import explained_variance, fit_value_head, value_head
 from grpo_kit.model.sampling import Rollouts
 from grpo_kit.model.tiny import build_tokenizer
 from grpo_kit.rewards import judges
+from grpo_kit.rewards.pairwise import correctness_rule
 
 TOK = build_tokenizer()
 

@@ -1,7 +1,9 @@
 import pytest
 
 from grpo_kit.config import GRPOConfig
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 
 
 def test_yaml_round_trip(tmp_path):
@@ -20,7 +22,7 @@ def test_yaml_round_trip(tmp_path):
 ])
 def test_bad_values_name_the_field(changes, field):
     with pytest.raises(ConfigError, match=f"GRPOConfig.{field}="):
-        GRPOConfig(**changes).validate()
+        check_config(GRPOConfig(**changes))
 
 
 def test_unknown_field_and_bad_yaml(tmp_path):
@@ -44,7 +46,7 @@ EXPORTED = GRPOConfig(num_prompts=6, num_generations=4, max_completion_length=12
 def trl_args(tmp_path_factory):
     import trl
 
-    return trl.GRPOConfig(**EXPORTED.to_trl(), output_dir=str(tmp_path_factory.mktemp("trl")))
+    return trl.GRPOConfig(**trl_kwargs(EXPORTED), output_dir=str(tmp_path_factory.mktemp("trl")))
 
 
 def test_trl_reads_back_every_exported_value(trl_args):
@@ -91,7 +93,7 @@ def test_lr_schedule_is_transformers_schedule_per_optimizer_update(schedule, war
     from grpo_kit.loop.train import lr_lambda
 
     cfg = EXPORTED.replace(lr_schedule=schedule, warmup_steps=warmup)
-    a = trl.GRPOConfig(**cfg.to_trl(), output_dir=str(tmp_path))
+    a = trl.GRPOConfig(**trl_kwargs(cfg), output_dir=str(tmp_path))
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     theirs = get_scheduler(a.lr_scheduler_type, opt, num_warmup_steps=a.get_warmup_steps(a.max_steps),
                            num_training_steps=a.max_steps)
@@ -111,14 +113,14 @@ def test_lr_schedule_is_transformers_schedule_per_optimizer_update(schedule, war
 ])
 def test_to_trl_refuses_what_trl_cannot_express(changes, message):
     with pytest.raises(ConfigError, match=message):
-        GRPOConfig(num_prompts=4, num_generations=4, **changes).validate().to_trl()
+        trl_kwargs(GRPOConfig(num_prompts=4, num_generations=4, **changes).validate())
 
 
 def test_to_trl_keeps_shuffle_independent_micro_batches():
     for loss_type in ("grpo", "dr_grpo", "dapo"):
-        d = GRPOConfig(num_prompts=4, num_generations=4, loss_type=loss_type, micro_batch_size=8).to_trl()
+        d = trl_kwargs(GRPOConfig(num_prompts=4, num_generations=4, loss_type=loss_type, micro_batch_size=8))
         assert d["gradient_accumulation_steps"] == 2
-    assert GRPOConfig(loss_type="bnpo", entropy_coef=0.1).to_trl()["per_device_train_batch_size"] == 128
+    assert trl_kwargs(GRPOConfig(loss_type="bnpo", entropy_coef=0.1))["per_device_train_batch_size"] == 128
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -138,7 +140,7 @@ def test_to_trl_keeps_shuffle_independent_micro_batches():
 ])
 def test_validate_checks_the_fields_of_the_estimators_beyond_one_scalar(changes, message):
     with pytest.raises(ConfigError, match=message):
-        GRPOConfig(**changes).validate()
+        check_config(GRPOConfig(**changes))
 
 
 @pytest.mark.parametrize("changes", [{"advantage_estimator": "pairwise", "pairwise_judges": ["correctness"]},
@@ -147,7 +149,7 @@ def test_validate_checks_the_fields_of_the_estimators_beyond_one_scalar(changes,
 def test_estimators_beyond_one_scalar_validate_and_are_refused_by_to_trl(changes):
     cfg = GRPOConfig(**changes).validate()
     with pytest.raises(ConfigError, match="TRL has no such estimator"):
-        cfg.to_trl()
+        trl_kwargs(cfg)
 
 
 def test_every_scalar_estimator_runs_in_the_loop():

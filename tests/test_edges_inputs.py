@@ -19,6 +19,7 @@ from grpo_kit.eval.inference import (
     columns_of,
     pass_at_k_eval,
 )
+from grpo_kit.loop.checks import check_config
 from grpo_kit.model.tiny import SHIPPED, load_model, new_tiny_model
 
 
@@ -244,14 +245,14 @@ def test_the_task_list_offered_holds_only_tasks_that_work():
     from grpo_kit.data.tasks import DATASETS_DIR, TASKS, get_task, heldout_split
 
     with pytest.raises(ConfigError) as e:
-        GRPOConfig(task="nope").validate()
+        check_config(GRPOConfig(task="nope"))
     offered = eval(e.value.args[0].split("choose one of ")[1])
     assert "add1" in offered and "add2" in offered  # add1: 100 problems, split 70 train / 10 val / 20 test
     for name in offered:
         if name not in TASKS:  # a shipped held-out split only (gsm8k): validate() asks for a training file
             assert len(heldout_split(name)) >= 10
             with pytest.raises(ConfigError, match="dataset"):
-                GRPOConfig(task=name).validate()
+                check_config(GRPOConfig(task=name))
             continue
         if (DATASETS_DIR / f"{name}_test.jsonl").is_file() or TASKS[name].digits <= 2:
             assert len(heldout_split(name)) >= 20 and len(get_task(name).splits()["train"]) >= 70

@@ -18,6 +18,7 @@ import pytest
 from grpo_kit.config import GRPOConfig
 from grpo_kit.data.tasks import DATASETS_DIR, heldout_split, load_gsm8k, load_items
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.model.sampling import chat_items, render_prompt, uses_chat_template
 from grpo_kit.model.tiny import build_tokenizer
 from grpo_kit.rewards.resolve import get_reward_funcs
@@ -80,8 +81,8 @@ def test_answer_judges_score_a_gsm8k_item():
 
 def test_a_held_out_only_task_needs_a_training_file():
     with pytest.raises(ConfigError, match="held-out split.*dataset"):
-        GRPOConfig(task="gsm8k").validate()
-    GRPOConfig(task="gsm8k", dataset=str(SAMPLE)).validate()
+        check_config(GRPOConfig(task="gsm8k"))
+    check_config(GRPOConfig(task="gsm8k", dataset=str(SAMPLE)))
 
 
 def test_chat_template_modes():

@@ -10,7 +10,6 @@ engines; the CLI. No module imports a higher layer, ``core`` imports only itself
 import ast
 from pathlib import Path
 
-
 PKG = Path(__file__).resolve().parent.parent / "grpo_kit"
 
 

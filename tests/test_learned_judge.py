@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.core.preferences import load_preference_groups
 from grpo_kit.data.tasks import get_task
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
 from grpo_kit.loop.train import train as train_loop
@@ -28,6 +27,7 @@ from grpo_kit.rewards.learned_judge import (
     split_groups,
     train_learned_judge,
 )
+from grpo_kit.rewards.pairwise import load_preference_groups
 from grpo_kit.rewards.resolve import resolve_reward_func
 
 

@@ -6,6 +6,7 @@ from safetensors.torch import load_file
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.step import batch_logprobs, micro_slices
 from grpo_kit.loop.train import grpo_step, latest_checkpoint, setup, train
 from grpo_kit.model.logprobs import activation_checkpointing, completion_logprobs
@@ -104,7 +105,7 @@ def test_reference_forward_keeps_the_policy_mode_and_skips_dropout():
 ])
 def test_bad_lora_settings_are_named(lora, words):
     with pytest.raises(ConfigError) as e:
-        GRPOConfig(lora=lora).validate()
+        check_config(GRPOConfig(lora=lora))
     assert words in str(e.value)
 
 
@@ -185,7 +186,7 @@ def test_lora_settings_read_from_yaml():
     assert cfg.lora == {"r": 4, "target_modules": ["q_proj", "v_proj"]}
     assert GRPOConfig.from_yaml_text(cfg.to_yaml()).lora == cfg.lora
     with pytest.raises(ConfigError, match="unknown key"):
-        GRPOConfig.from_yaml_text("lora: {rank: 4}")
+        check_config(GRPOConfig.from_yaml_text("lora: {rank: 4}"))
 
 
 def test_lora_on_the_bf16_autocast_path():

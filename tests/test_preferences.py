@@ -13,23 +13,25 @@ from grpo_kit.core.preferences import (
     PreferenceCycleWarning,
     PreferenceError,
     check_preferences,
-    closeness_rule,
-    correctness_rule,
     ensemble_preferences,
     find_cycle,
-    load_preference_groups,
     preference_agreement,
-    preferences_from_judge,
-    preferences_from_rule,
     preferences_from_scores,
-    preferences_from_trl_pairwise,
-    rule_from_scalar,
     stack_groups,
-    to_trl_pairwise,
-    write_preference_groups,
 )
 from grpo_kit.errors import DataError, RewardError
 from grpo_kit.rewards.judges import math_answer
+from grpo_kit.rewards.pairwise import (
+    closeness_rule,
+    correctness_rule,
+    load_preference_groups,
+    preferences_from_judge,
+    preferences_from_rule,
+    preferences_from_trl_pairwise,
+    rule_from_scalar,
+    to_trl_pairwise,
+    write_preference_groups,
+)
 
 
 def reference_valid(m) -> bool:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 
 FIELDS = [f.name for f in dataclasses.fields(GRPOConfig)]
 
@@ -17,7 +18,7 @@ FIELDS = [f.name for f in dataclasses.fields(GRPOConfig)]
 def test_every_field_rejects_a_wrong_type_by_name(name):
     # a set is a valid value for no field: each must be named with its value and its rule
     with pytest.raises(ConfigError, match=rf"GRPOConfig\.{name}=\{{'x'\}}: \w"):
-        GRPOConfig(**{name: {"x"}}).validate()
+        check_config(GRPOConfig(**{name: {"x"}}))
 
 
 @pytest.mark.parametrize("changes,field,rule", [
@@ -47,7 +48,7 @@ def test_every_field_rejects_a_wrong_type_by_name(name):
 ])
 def test_bad_values_name_field_value_and_rule(changes, field, rule):
     with pytest.raises(ConfigError, match=rf"GRPOConfig\.{field}=.*: .*{rule}"):
-        GRPOConfig(**changes).validate()
+        check_config(GRPOConfig(**changes))
 
 
 def test_not_a_mapping_and_unknown_keys():

@@ -8,6 +8,7 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.rewards.judges import check_reward_spec
 
 
@@ -73,4 +74,4 @@ def test_malformed_entries_are_refused_by_their_form(spec):
     with pytest.raises(ConfigError, match="reward function"):
         check_reward_spec(spec)
     with pytest.raises(ConfigError, match="reward function"):
-        GRPOConfig(reward_funcs=[spec]).validate()
+        check_config(GRPOConfig(reward_funcs=[spec]))

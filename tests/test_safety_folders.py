@@ -161,11 +161,11 @@ def test_export_refuses_a_folder_holding_the_run(tmp_path, kit_run, capsys):
 
 @pytest.mark.parametrize("target", ["mine", ".", "~"])
 def test_make_base_refuses_a_folder_it_did_not_write_before_training(home, monkeypatch, capsys, target):
-    import grpo_kit.model.tiny as tiny
+    import grpo_kit.lab.base as base
 
     def no_training(*a, **k):
         raise AssertionError("make-base trained although --out must be refused")
-    monkeypatch.setattr(tiny, "train_base", no_training)
+    monkeypatch.setattr(base, "train_base", no_training)
     folder = {"mine": Path.cwd() / "mine", ".": Path.cwd(), "~": home}[target]
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text("the user's")

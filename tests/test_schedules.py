@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.dynamic import cat_rollouts, choose_groups, enough, take_groups
 from grpo_kit.loop.schedules import (
     AdaptiveState,
@@ -40,22 +42,22 @@ def test_group_size_schedule_over_a_run():
 ])
 def test_bad_group_size_schedules_name_the_entry(sched, where):
     with pytest.raises(ConfigError, match=where.replace("[", r"\[").replace("]", r"\]")):
-        GRPOConfig(samples_per_step=128, group_size_schedule=sched).validate()
+        check_config(GRPOConfig(samples_per_step=128, group_size_schedule=sched))
 
 
 def test_other_bad_steering_configs():
     with pytest.raises(ConfigError, match=r"task_schedule\[1\].*add9"):
-        GRPOConfig(task_schedule=[[0.0, "add1"], [0.5, "add9"]]).validate()
+        check_config(GRPOConfig(task_schedule=[[0.0, "add1"], [0.5, "add9"]]))
     with pytest.raises(ConfigError, match=r"reward_schedule\[0\]"):
-        GRPOConfig(reward_schedule=[[0.0, ["no_such_reward"]]]).validate()
+        check_config(GRPOConfig(reward_schedule=[[0.0, ["no_such_reward"]]]))
     with pytest.raises(ConfigError, match="adaptive_group_size.*group_size_schedule"):
-        GRPOConfig(samples_per_step=128, group_size_schedule=SCHED, adaptive_group_size=True).validate()
+        check_config(GRPOConfig(samples_per_step=128, group_size_schedule=SCHED, adaptive_group_size=True))
     with pytest.raises(ConfigError, match="adaptive_shrink_below"):
-        GRPOConfig(adaptive_grow_above=0.3, adaptive_shrink_below=0.4).validate()
+        check_config(GRPOConfig(adaptive_grow_above=0.3, adaptive_shrink_below=0.4))
     with pytest.raises(ConfigError, match="micro_batch_size.*128"):
-        GRPOConfig(samples_per_step=128, group_size_schedule=SCHED, micro_batch_size=48).validate()
+        check_config(GRPOConfig(samples_per_step=128, group_size_schedule=SCHED, micro_batch_size=48))
     with pytest.raises(ConfigError, match="group_size_bounds.*G=32"):  # 8 doubled twice = 32 does not divide 48
-        GRPOConfig(samples_per_step=48, adaptive_group_size=True, group_size_bounds=[4, 32]).validate()
+        check_config(GRPOConfig(samples_per_step=48, adaptive_group_size=True, group_size_bounds=[4, 32]))
 
 
 def test_adaptive_sizes():
@@ -248,6 +250,6 @@ def test_curriculum_by_accuracy_moves_on_at_an_evaluation(tiny, small_cfg):
 
 def test_steering_fields_do_not_export_to_trl():
     with pytest.raises(ConfigError, match="group_size_schedule.*no TRL equivalent"):
-        GRPOConfig(samples_per_step=128, group_size_schedule=SCHED).to_trl()
+        trl_kwargs(GRPOConfig(samples_per_step=128, group_size_schedule=SCHED))
     with pytest.raises(ConfigError, match="replay_fraction"):
-        GRPOConfig(replay_fraction=0.25).to_trl()
+        trl_kwargs(GRPOConfig(replay_fraction=0.25))

@@ -151,7 +151,7 @@ def test_the_readme_commands_parse_with_accelerate_and_trl():
         rest = a.training_script_args
         assert rest[:3] == ["train", "--engine", "trl"]
         pairs = [rest[i + 1] for i, w in enumerate(rest) if w == "--trl-arg"]
-        parse_trl_overrides(pairs, GRPOConfig())  # every --trl-arg is a trl.GRPOConfig field to_trl leaves free
+        parse_trl_overrides(pairs, GRPOConfig())  # every --trl-arg is a trl.GRPOConfig field trl_kwargs leaves free
     serve = next(c for c in commands if c[:2] == ["trl", "vllm-serve"])
     (script_args,) = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:])
     assert script_args.model == "Qwen/Qwen2.5-0.5B-Instruct" and script_args.port == 8000  # the server URL above

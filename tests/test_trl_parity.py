@@ -2,7 +2,7 @@
 
 Each case trains one generated batch both ways, from the same random tiny Llama:
 
-- TRL: a real ``trl.GRPOTrainer`` built (full ``__init__``) from ``trl.GRPOConfig(**cfg.to_trl())``
+- TRL: a real ``trl.GRPOTrainer`` built (full ``__init__``) from ``trl.GRPOConfig(**trl_kwargs(cfg))``
   and run with ``trainer.train()``: its sampler, ``_generate_and_score_completions`` (reward
   functions called by ``_calculate_rewards``, group/batch/none scaling, multi-objective
   aggregation, ``num_items_in_batch``, old and reference log-probs), ``_prepare_inputs`` (the
@@ -23,7 +23,7 @@ record the gradient they are given, so later updates are off-policy and clipping
 Micro-batches: TRL shuffles the rows of a generated batch before cutting it into micro-batches;
 the kit keeps each group together. Losses that sum over rows (grpo, dr_grpo, dapo) do not
 depend on that, and the kit runs unshuffled against TRL's shuffle. bnpo and the entropy bonus
-average over each micro-batch's tokens, so they do depend on it: ``to_trl()`` refuses them with
+average over each micro-batch's tokens, so they do depend on it: ``trl_kwargs()`` refuses them with
 more than one micro-batch, and here the kit is given TRL's permutation (read from TRL's own
 ``shuffle_sequence_dict``) to show that its arithmetic matches on the same partition.
 
@@ -44,6 +44,7 @@ from trl.trainer.utils import FusedCausalLMOutput
 from datasets import Dataset
 from grpo_kit.config import GRPOConfig
 from grpo_kit.core.advantages import estimate_advantages
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.loop.step import train_step
 from grpo_kit.loop.train import lr_lambda
 from grpo_kit.model.sampling import Rollouts, encode_prompts
@@ -167,15 +168,15 @@ def partition_matters(cfg: GRPOConfig) -> bool:
 
 
 def trl_args(cfg: GRPOConfig, out_dir, dtype):
-    if partition_matters(cfg):  # to_trl refuses these (see the module docstring): same fields, TRL's micro-batches
+    if partition_matters(cfg):  # trl_kwargs refuses these (see the module docstring): same fields, TRL's micro-batches
         with pytest.raises(Exception, match="micro-batch"):
-            cfg.to_trl()
-        kw = cfg.replace(micro_batch_size=None).to_trl()
+            trl_kwargs(cfg)
+        kw = trl_kwargs(cfg.replace(micro_batch_size=None))
         ga = B // cfg.micro_batch_size
         kw.update(per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=ga,
                   steps_per_generation=ga)
     else:
-        kw = cfg.to_trl()
+        kw = trl_kwargs(cfg)
     kw.update(output_dir=str(out_dir), report_to="none", save_strategy="no", logging_strategy="no",
               disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
               model_init_kwargs={"dtype": dtype})
@@ -345,11 +346,11 @@ def test_float32_with_trls_own_fused_head(tok, tmp_path, monkeypatch):
 
 
 def test_trls_default_kl_weighting_is_a_different_gradient(tok, tmp_path, monkeypatch, float64):
-    """Why to_trl() sets use_bias_correction_kl=False: with TRL's default the KL gradient changes."""
+    """Why trl_kwargs() sets use_bias_correction_kl=False: with TRL's default the KL gradient changes."""
     cfg = kit_config(("grpo", "token", "group", 0.04, None, None, 0.0, None, 1, {}))
-    kw = cfg.to_trl()
+    kw = trl_kwargs(cfg)
     assert kw["use_bias_correction_kl"] is False
-    monkeypatch.setattr(GRPOConfig, "to_trl", lambda self: {**kw, "use_bias_correction_kl": True})
+    monkeypatch.setitem(globals(), "trl_kwargs", lambda cfg: {**kw, "use_bias_correction_kl": True})
     with pytest.raises(AssertionError, match="gradients differ"):
         compare(("grpo", "token", "group", 0.04, None, None, 0.0, None, 1, {}), tok, tmp_path, monkeypatch,
                 float64)

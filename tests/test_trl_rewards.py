@@ -9,7 +9,9 @@ from transformers import TrainerState
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.errors import ConfigError, DataError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.train import grpo_step, setup
 from grpo_kit.model.tiny import load_model
 from grpo_kit.rewards.resolve import resolve_reward_func
@@ -34,7 +36,7 @@ def trls_keyword_arguments(tmp_path):
 
     seen = []
     policy, tok = load_model("tiny", "cpu")
-    args = trl.GRPOConfig(**GRPOConfig(**{**TINY, "steps": 1}).to_trl(), output_dir=str(tmp_path), report_to="none",
+    args = trl.GRPOConfig(**trl_kwargs(GRPOConfig(**{**TINY, "steps": 1})), output_dir=str(tmp_path), report_to="none",
                           save_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
     trainer = trl.GRPOTrainer(model=policy, reward_funcs=[recorder(seen)], args=args, processing_class=tok,
                               train_dataset=Dataset.from_list([{"prompt": "12+34=", "answer": "46"}] * 2))
@@ -133,17 +135,18 @@ def test_conversational_dataset_with_trls_think_format_reward(tmp_path):
 
 
 @pytest.mark.parametrize("spec,message,when", [
-    ("nope", "unknown reward function 'nope'", "validate"),
+    ("nope", "unknown reward function 'nope'", "check"),
     ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'", "setup"),
     ("trl.rewards:no_such_function", "has no attribute 'no_such_function'", "setup"),
     ({"function": "trl.rewards:get_soft_overlong_punishment", "args": {"wrong": 1}}, "rejected args", "setup"),
-    ({"func": "trl.rewards:think_format_reward"}, "unknown keys", "validate"),
+    ({"func": "trl.rewards:think_format_reward"}, "unknown keys", "check"),
 ])
 def test_bad_reward_entries_are_config_errors(spec, message, when):
-    """A malformed entry is refused when the config is validated; one that needs importing (which runs the
-    module's code) is refused when training starts (setup), before anything is written (issue 23, D3)."""
+    """A malformed entry is refused when the config's names are checked (check_config, nothing imported); one
+    that needs importing (which runs the module's code) is refused when training starts (setup), before
+    anything is written."""
     cfg = GRPOConfig(reward_funcs=[spec], steps=1, num_prompts=1, num_generations=2, eval_every=0)
     if when == "setup":
-        cfg.validate()
+        check_config(cfg)
     with pytest.raises(ConfigError, match=message):
-        setup(cfg) if when == "setup" else cfg.validate()
+        setup(cfg) if when == "setup" else check_config(cfg)

@@ -1,4 +1,4 @@
-"""``GRPOConfig.to_verl()`` and ``compute_score`` against verl 0.9.1's own files (installed without its
+"""``verl_overrides(GRPOConfig)`` and ``compute_score`` against verl 0.9.1's own files (installed without its
 dependencies by ``make install``, requirements-verl.txt): every override key is in the default trainer
 config the wheel ships, and verl's reward manager and loader can call the reward function."""
 from __future__ import annotations
@@ -15,7 +15,12 @@ import yaml
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.data.tasks import DATASETS_DIR, load_gsm8k
-from grpo_kit.engines.verl_export import compute_score, hydra_value, verl_rows
+from grpo_kit.engines.verl_export import (
+    compute_score,
+    hydra_value,
+    verl_overrides,
+    verl_rows,
+)
 from grpo_kit.errors import ConfigError
 
 SAMPLE = str(DATASETS_DIR / "gsm8k_sample.jsonl")
@@ -47,18 +52,18 @@ CONFIGS = [GRPOConfig(),
 
 
 def test_lora_reaches_verl_and_a_dropout_is_refused():
-    got = CONFIGS[3].to_verl()
+    got = verl_overrides(CONFIGS[3])
     assert (got["actor_rollout_ref.model.lora_rank"], got["actor_rollout_ref.model.lora_alpha"],
             got["actor_rollout_ref.model.target_modules"]) == (16, 32, ["q_proj", "v_proj"])
-    assert "actor_rollout_ref.model.lora_rank" not in CONFIGS[0].to_verl()  # full fine-tuning: verl's default rank 0
+    assert "actor_rollout_ref.model.lora_rank" not in verl_overrides(CONFIGS[0])  # full fine-tuning: verl's default rank 0
     with pytest.raises(ConfigError, match="lora.*no dropout"):
-        GRPOConfig(lora={"dropout": 0.1}).to_verl()
+        verl_overrides(GRPOConfig(lora={"dropout": 0.1}))
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "gsm8k_drgrpo", "gspo", "lora"])
 def test_every_override_key_is_in_verls_default_config(cfg):
     default = yaml.safe_load(verl_file("trainer/config/_generated_ppo_trainer.yaml").read_text())
-    for key in cfg.to_verl():
+    for key in verl_overrides(cfg):
         if key.startswith("+"):  # Hydra's "add a key": the parent must exist and the key must not
             parent = key[1:].rsplit(".", 1)[0]
             head, _, rest = parent.rpartition(".")
@@ -69,7 +74,7 @@ def test_every_override_key_is_in_verls_default_config(cfg):
 
 
 def test_the_mapping_by_hand():
-    v = CONFIGS[1].to_verl(max_prompt_length=200, rollout="sglang")
+    v = verl_overrides(CONFIGS[1], max_prompt_length=200, rollout="sglang")
     a = "actor_rollout_ref.actor."
     assert v["algorithm.adv_estimator"] == "grpo" and v["algorithm.norm_adv_by_std_in_grpo"] is True
     assert (v["data.train_batch_size"], v["actor_rollout_ref.rollout.n"], v[a + "ppo_mini_batch_size"]) == (16, 8, 16)
@@ -79,10 +84,10 @@ def test_the_mapping_by_hand():
     assert (v[a + "loss_agg_mode"], v[a + "loss_scale_factor"]) == ("seq-mean-token-sum-norm", 8)
     assert (v["data.max_prompt_length"], v["data.max_response_length"]) == (200, 8)
     assert v["actor_rollout_ref.rollout.name"] == "sglang" and v[a + "optim.lr"] == 3e-4
-    d = CONFIGS[0].to_verl()
+    d = verl_overrides(CONFIGS[0])
     assert d[a + "loss_agg_mode"] == "token-mean" and d[a + "use_kl_loss"] is False
     assert d["algorithm.norm_adv_by_std_in_grpo"] is False and d[a + "clip_ratio_c"] == 1e9
-    g = CONFIGS[2].to_verl()
+    g = verl_overrides(CONFIGS[2])
     assert g[a + "policy_loss.loss_mode"] == "gspo" and g[a + "loss_agg_mode"] == "seq-mean-token-mean"
     assert g[a + "ppo_epochs"] == 2
     assert Path(d["actor_rollout_ref.model.path"], "config.json").is_file()  # "tiny": the shipped folder
@@ -96,7 +101,7 @@ def test_the_mapping_by_hand():
     ({"num_iterations": 2}, "num_iterations"), ({"dynamic_sampling": True}, "dynamic_sampling")])
 def test_what_verl_cannot_express_is_refused(change, field):
     with pytest.raises(ConfigError, match=field):
-        GRPOConfig(**change).to_verl()
+        verl_overrides(GRPOConfig(**change))
 
 
 def compute_score_call_keywords() -> set[str]:
@@ -123,7 +128,7 @@ def verl_loader():
 
 def test_verl_loads_and_calls_compute_score_as_it_does():
     assert compute_score_call_keywords() == {"data_source", "solution_str", "ground_truth", "extra_info", None}
-    v = CONFIGS[1].to_verl()
+    v = verl_overrides(CONFIGS[1])
     r = "reward.custom_reward_function."
     fn = getattr(verl_loader()(v[r + "path"]), v[r + "name"])
     assert "reward_kwargs = dict(reward_fn_config.get(\"reward_kwargs\", {}))" in verl_file("trainer/ppo/reward.py").read_text()
@@ -162,7 +167,7 @@ def test_cli_prints_the_command_and_writes_the_data(tmp_path, capsys):
     words = shlex.split(capsys.readouterr().out.replace("\\\n", " "))
     assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     pairs = dict(w.split("=", 1) for w in words[3:])
-    for k, value in CONFIGS[1].to_verl().items():
+    for k, value in verl_overrides(CONFIGS[1]).items():
         assert pairs[k] == hydra_value(value)
     assert pairs["+reward.custom_reward_function.reward_kwargs.reward_funcs"] == '["math_answer","gsm8k_format"]'
     import pandas as pd
@@ -187,6 +192,6 @@ def test_the_values_are_ones_verl_accepts():
     cases = [GRPOConfig(loss_type=t, kl_estimator=k, importance_sampling_level=lvl)
              for t, k, lvl in (("grpo", "k1", "token"), ("dapo", "k2", "sequence"), ("dr_grpo", "k3", "token"))]
     for cfg in cases:
-        v = cfg.to_verl()
+        v = verl_overrides(cfg)
         assert v[a + "loss_agg_mode"] in agg and v[a + "kl_loss_type"] in kl_names
         assert v[a + "policy_loss.loss_mode"] in losses and v[a + "optim.lr_scheduler_type"] in ("constant", "cosine")

@@ -28,7 +28,9 @@ from grpo_kit.core.advantages import (
     topk_baseline,
     topk_minus_own_BROKEN_SIGN,
 )
+from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.errors import ConfigError, DataError
+from grpo_kit.loop.checks import check_config
 
 S3 = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1] and of [1, 0, 0, 1]-like groups
 
@@ -208,21 +210,21 @@ def test_estimators_that_need_more_inputs_say_so():
 
 def test_config_validates_the_estimator_names():
     assert GRPOConfig().advantage_estimator == "grpo" and GRPOConfig().kl_estimator == "k3"
-    GRPOConfig(advantage_estimator="rloo", kl_estimator="k2").validate()
+    check_config(GRPOConfig(advantage_estimator="rloo", kl_estimator="k2"))
     with pytest.raises(ConfigError, match="advantage_estimator"):
-        GRPOConfig(advantage_estimator="gae").validate()
+        check_config(GRPOConfig(advantage_estimator="gae"))
     with pytest.raises(ConfigError, match="kl_estimator"):
-        GRPOConfig(kl_estimator="k4").validate()
-    assert GRPOConfig(advantage_estimator="normalize_then_sum").to_trl()["multi_objective_aggregation"] == \
+        check_config(GRPOConfig(kl_estimator="k4"))
+    assert trl_kwargs(GRPOConfig(advantage_estimator="normalize_then_sum"))["multi_objective_aggregation"] == \
         "normalize_then_sum"
-    assert GRPOConfig().to_trl()["multi_objective_aggregation"] == "sum_then_normalize"  # TRL's default
+    assert trl_kwargs(GRPOConfig())["multi_objective_aggregation"] == "sum_then_normalize"  # TRL's default
     with pytest.raises(ConfigError, match="TRL has no such estimator"):
-        GRPOConfig(advantage_estimator="rloo").to_trl()
+        trl_kwargs(GRPOConfig(advantage_estimator="rloo"))
     with pytest.raises(ConfigError, match="entropy_coef"):
-        GRPOConfig(entropy_coef=-0.1).validate()
+        check_config(GRPOConfig(entropy_coef=-0.1))
     with pytest.raises(ConfigError, match="TRL"):
-        GRPOConfig(kl_estimator="k1").to_trl()
-    assert GRPOConfig(entropy_coef=0.01).to_trl()["entropy_coef"] == 0.01
+        trl_kwargs(GRPOConfig(kl_estimator="k1"))
+    assert trl_kwargs(GRPOConfig(entropy_coef=0.01))["entropy_coef"] == 0.01
 
 
 def test_the_loop_uses_the_configured_estimator(small_cfg, monkeypatch):

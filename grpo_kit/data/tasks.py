@@ -192,7 +192,7 @@ class _RowProblem(Exception):
     """A row is malformed; the message is the reason (the loader adds file and line)."""
 
 
-def _fail(path, lineno, problem):
+def fail_at(path, lineno, problem):
     raise DataError(f"{path}, line {lineno}: {problem}")
 
 
@@ -226,7 +226,7 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict]]:
             try:
                 rows.append((lineno, _parse_row(line)))
             except _RowProblem as e:
-                _fail(path, lineno, e)
+                fail_at(path, lineno, e)
     if not rows:
         raise DataError(f"{path}: the file has no rows")
     return rows
@@ -326,7 +326,7 @@ def _load(path, kind: str, on_bad_row: str) -> list[dict]:
         raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
     items, lines, bad = _scan(Path(path), {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind))
     if bad and on_bad_row == "raise":
-        _fail(path, *bad[0])
+        fail_at(path, *bad[0])
     if bad and not items:
         raise DataError(f"{path}: all {len(bad)} rows are malformed (line {bad[0][0]}: {bad[0][1]})")
     if bad:

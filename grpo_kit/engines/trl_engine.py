@@ -1,8 +1,8 @@
 """``grpo-kit train --engine trl``: the same run through TRL 1.16's ``GRPOTrainer``, logged as the kit logs it.
 
-    history = train_with_trl(cfg, out_dir)   # trl.GRPOConfig(**cfg.to_trl()), the kit's data and judges
+    history = train_with_trl(cfg, out_dir)   # trl.GRPOConfig(**trl_kwargs(cfg)), the kit's data and judges
 
-What is shared with the kit's engine: the config (``cfg.to_trl()`` maps it and refuses what TRL
+What is shared with the kit's engine: the config (``trl_kwargs(cfg)`` maps it and refuses what TRL
 cannot express), the model and tokenizer (``tiny.load_model``: the shipped tiny model or any
 ``from_pretrained`` path), the training and held-out items (``train.run_items``: the dataset
 file or the task, chat-template prompts included) as a ``datasets.Dataset``, and the reward
@@ -36,7 +36,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grpo_kit.config import GRPOConfig
+from grpo_kit.engines import refuse_steering
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.model import lora
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,80 @@ PIP = {"liger_kernel": "liger-kernel", "comet_ml": "comet-ml", "flytekit": "flyt
 """Importable names whose pip package is spelled otherwise."""
 
 
+
+def trl_kwargs(cfg: GRPOConfig) -> dict:
+    """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
+
+    Each field keeps its meaning (``tests/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
+    configured by this dict and the kit side by side and compares gradients; ``tests/test_config.py``
+    reads every value back from ``trl.GRPOConfig``):
+
+    - a kit step samples one batch and makes ``num_iterations`` optimizer updates on it; TRL counts
+      optimizer updates, so ``max_steps = steps * num_iterations``, and one generation batch of
+      B = P*G rows spans ``steps_per_generation = gradient_accumulation_steps = B / micro_batch_size``
+      micro-batches of ``per_device_train_batch_size = micro_batch_size`` rows;
+    - the LR schedule advances per optimizer update in both (``lr_schedule``);
+    - the KL term is not importance-weighted (``use_bias_correction_kl=False``, see ``beta``);
+    - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8), plain sampling (top_k 0, top_p 1).
+
+    Refused (ConfigError) because TRL cannot express it: a list of temperatures (TRL has one);
+    a KL estimator other than k3; an advantage estimator TRL lacks; and, with more than one
+    micro-batch, ``loss_type='bnpo'`` or ``entropy_coef != 0``: TRL shuffles the rows of each
+    generated batch before cutting it into micro-batches, and these two average over each
+    micro-batch's tokens, so their value depends on which rows share a micro-batch (the kit keeps
+    each group's rows together). Every other objective is a sum over rows, which no shuffle changes.
+    Also refused: the fields that steer a run over time (group-size schedules, curricula, dynamic
+    sampling, replay, a completion budget), which TRL's trainer does not have.
+    Not objective: TRL draws prompts without replacement per epoch, the kit with replacement.
+    """
+    def refuse(field_, rule):
+        raise ConfigError(f"GRPOConfig.{field_}={getattr(cfg, field_)!r} cannot be exported to TRL: {rule}")
+
+    refuse_steering(cfg, "TRL")
+    if cfg.advantage_estimator not in ("grpo", "sum_then_normalize", "normalize_then_sum"):
+        refuse("advantage_estimator", "TRL has no such estimator; use 'grpo', 'sum_then_normalize' or "
+                                      "'normalize_then_sum'")
+    if cfg.kl_estimator != "k3":
+        refuse("kl_estimator", "TRL's GRPOTrainer uses k3 only; set kl_estimator='k3'")
+    if isinstance(cfg.temperature, list):
+        refuse("temperature", "TRL samples every completion at one temperature; give a single number")
+    micro = cfg.micro_batch_size or cfg.batch_size
+    if micro < cfg.batch_size and (cfg.loss_type == "bnpo" or cfg.entropy_coef != 0):
+        what = "loss_type='bnpo'" if cfg.loss_type == "bnpo" else f"entropy_coef={cfg.entropy_coef}"
+        refuse("micro_batch_size", f"with {cfg.batch_size // micro} micro-batches, {what} averages over each "
+                                   f"micro-batch's tokens and TRL shuffles rows across micro-batches, so the "
+                                   f"objective would differ; use micro_batch_size=None (one micro-batch) or "
+                                   f"loss_type='dapo' with entropy_coef=0")
+    accumulation = cfg.batch_size // micro
+    if cfg.lr_schedule == "cosine":
+        schedule = "cosine"
+    else:
+        schedule = "constant_with_warmup" if cfg.warmup_steps else "constant"
+    return {
+        "multi_objective_aggregation": "normalize_then_sum" if cfg.advantage_estimator == "normalize_then_sum"
+        else "sum_then_normalize",
+        "num_generations": cfg.num_generations,
+        "max_completion_length": cfg.max_completion_length,
+        "temperature": cfg.temperature, "top_k": 0, "top_p": 1.0,
+        "scale_rewards": cfg.scale_rewards, "loss_type": cfg.loss_type, "beta": cfg.beta,
+        "use_bias_correction_kl": False,
+        "epsilon": cfg.epsilon, "epsilon_high": cfg.epsilon_high, "delta": cfg.delta,
+        "importance_sampling_level": cfg.importance_sampling_level,
+        "num_iterations": cfg.num_iterations,
+        "mask_truncated_completions": cfg.mask_truncated_completions, "entropy_coef": cfg.entropy_coef,
+        "learning_rate": cfg.learning_rate, "weight_decay": cfg.weight_decay,
+        "optim": "adamw_torch", "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
+        "lr_scheduler_type": schedule, "warmup_steps": cfg.warmup_steps, "max_grad_norm": cfg.max_grad_norm,
+        "max_steps": cfg.steps * cfg.num_iterations, "seed": cfg.seed, "reward_weights": cfg.reward_weights,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation, "steps_per_generation": accumulation,
+        "activation_checkpointing": cfg.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
+        "bf16": cfg.bf16 and cfg.on_cuda(), "use_cpu": not cfg.on_cuda(),
+    }
+
+
 def check_trl_engine(cfg: GRPOConfig) -> None:
-    """ConfigError for the fields TRL's trainer has no equivalent of (beyond what ``to_trl`` refuses)."""
+    """ConfigError for the fields TRL's trainer has no equivalent of (beyond what ``trl_kwargs`` refuses)."""
     if cfg.gold_reward_funcs:
         raise ConfigError("GRPOConfig.gold_reward_funcs: --engine trl cannot score a second judge beside the "
                           "training reward; leave it empty, or train with the kit's engine")
@@ -76,7 +150,7 @@ def check_trl_engine(cfg: GRPOConfig) -> None:
 def parse_trl_overrides(pairs: list[str], cfg: GRPOConfig) -> dict:
     """``["use_vllm=true", "vllm_mode=colocate"]`` -> extra ``trl.GRPOConfig`` arguments (values read as YAML).
 
-    Only fields ``trl.GRPOConfig`` has, and none that ``cfg.to_trl()`` sets (change those in the kit
+    Only fields ``trl.GRPOConfig`` has, and none that ``trl_kwargs(cfg)`` sets (change those in the kit
     config, so that both engines run the same objective) or that this engine sets (``ENGINE_ARGS``).
     """
     import dataclasses
@@ -85,7 +159,7 @@ def parse_trl_overrides(pairs: list[str], cfg: GRPOConfig) -> dict:
     import yaml
 
     fields = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
-    owned = set(cfg.to_trl()) | set(ENGINE_ARGS)
+    owned = set(trl_kwargs(cfg)) | set(ENGINE_ARGS)
     out = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -95,7 +169,7 @@ def parse_trl_overrides(pairs: list[str], cfg: GRPOConfig) -> dict:
         if key not in fields:
             raise ConfigError(f"--trl-arg {key}: trl.GRPOConfig has no field {key!r} (TRL {trl.__version__})")
         if key in owned:
-            raise ConfigError(f"--trl-arg {key}: set from the kit config by GRPOConfig.to_trl() or by the engine; "
+            raise ConfigError(f"--trl-arg {key}: set from the kit config by trl_kwargs(cfg) or by the engine; "
                               f"change the kit's field instead, so that both engines train the same objective")
         out[key] = yaml.safe_load(text) if text.strip() else None
     return out
@@ -233,11 +307,11 @@ def ensure_pad_token(tokenizer):
 
 
 def trl_config(cfg: GRPOConfig, out_dir: str | Path, overrides: dict | None = None):
-    """``trl.GRPOConfig(**cfg.to_trl(), ...)`` with logging every update, no TRL checkpoints or trackers,
+    """``trl.GRPOConfig(**trl_kwargs(cfg), ...)`` with logging every update, no TRL checkpoints or trackers,
     and the user's ``overrides`` (see :func:`parse_trl_overrides`)."""
     import trl
 
-    kw = cfg.to_trl()
+    kw = trl_kwargs(cfg)
     kw.update(output_dir=str(out_dir), logging_steps=1, logging_strategy="steps", report_to="none",
               save_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0)
     kw.update(overrides or {})
@@ -254,7 +328,7 @@ def train_with_trl(cfg: GRPOConfig, out_dir: str | Path | None = None, policy=No
     """
     import tempfile
 
-    cfg.validate()
+    check_config(cfg)
     check_trl_engine(cfg)
     check_trl_packages(overrides or {})
     with tempfile.TemporaryDirectory(prefix="grpo-kit-trl-") as scratch:  # TRL's output_dir: it saves nothing there

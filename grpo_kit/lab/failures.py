@@ -39,6 +39,7 @@ from typing import Callable
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
+from grpo_kit.loop.checks import check_config
 from grpo_kit.rewards.judges import exact_answer
 
 # ---------------------------------------------------------------- judges with a flaw
@@ -178,7 +179,7 @@ def failure_config(name: str, seed: int = 0, fixed: bool = False, steps: int | N
     for key in ("reward_funcs", "gold_reward_funcs"):
         if key in changes:
             changes[key] = _funcs(changes[key], seed)
-    return GRPOConfig(**changes).validate()
+    return check_config(GRPOConfig(**changes))
 
 
 def _funcs(names: list, seed: int) -> list:

@@ -60,13 +60,9 @@ from grpo_kit.core.preferences import (
     PreferenceCycleWarning,
     average_orders,
     check_preferences,
-    closeness_rule,
-    correctness_rule,
     ensemble_preferences,
     find_cycle,
     preference_agreement,
-    preferences_from_judge,
-    rule_verdicts,
 )
 from grpo_kit.data.tasks import column_sums, read_completion
 from grpo_kit.errors import CheckpointError, ConfigError, RewardError
@@ -74,6 +70,12 @@ from grpo_kit.eval.inference import columns_of
 from grpo_kit.loop.step import micro_slices, run_autocast
 from grpo_kit.model import critic
 from grpo_kit.rewards import judges, resolve
+from grpo_kit.rewards.pairwise import (
+    closeness_rule,
+    correctness_rule,
+    preferences_from_judge,
+    rule_verdicts,
+)
 
 ONLINE = ("process", "hybrid_gae", "pairwise")
 
@@ -176,7 +178,7 @@ def char_to_token(ends: list[int], char_end: int) -> int:
 
 def judge_steps(judge: Callable, tokenizer, rollouts, columns: dict[str, list]) -> list[list[tuple[float, int]]]:
     """Per completion, [(step score, index of the step's last completion token)] from ``judge``."""
-    name = judges._name(judge)
+    name = judges.func_name(judge)
     out = []
     for b, text in enumerate(rollouts.completions):
         ctx = {k: v[b] for k, v in columns.items()}
@@ -308,7 +310,7 @@ def resolve_pairwise_judge(spec, temperature: float | None = None) -> PairwiseJu
     Scalar judges compare scores as ``preferences_from_scores(scores, temperature)`` does.
     """
     if callable(spec):
-        return PairwiseJudge(judges._name(spec), partial(rule_verdicts, spec))
+        return PairwiseJudge(judges.func_name(spec), partial(rule_verdicts, spec))
     if not isinstance(spec, str) or not spec:
         raise ConfigError(f"pairwise judge {spec!r}: write a rule name {sorted(PAIRWISE_RULES)}, 'learned:PATH', "
                           f"'reward:NAME' or 'package.module:function'")

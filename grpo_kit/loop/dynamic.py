@@ -71,7 +71,7 @@ def take_groups(r: Rollouts, groups: list[int]) -> Rollouts:
                     r.is_truncated[idx], [r.prompts[i] for i in rows], [r.completions[i] for i in rows], G)
 
 
-def _pad(x: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+def pad_to(x: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
     n = width - x.shape[1]
     if n == 0:
         return x
@@ -89,10 +89,10 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     Tp = max(p.prompt_ids.shape[1] for p in parts)
     Tc = max(p.completion_ids.shape[1] for p in parts)
     return Rollouts(
-        torch.cat([_pad(p.prompt_ids, Tp, pad_id, True) for p in parts]),  # (B, Tp)
-        torch.cat([_pad(p.prompt_mask, Tp, 0, True) for p in parts]),
-        torch.cat([_pad(p.completion_ids, Tc, pad_id, False) for p in parts]),  # (B, Tc)
-        torch.cat([_pad(p.completion_mask, Tc, 0, False) for p in parts]),
+        torch.cat([pad_to(p.prompt_ids, Tp, pad_id, True) for p in parts]),  # (B, Tp)
+        torch.cat([pad_to(p.prompt_mask, Tp, 0, True) for p in parts]),
+        torch.cat([pad_to(p.completion_ids, Tc, pad_id, False) for p in parts]),  # (B, Tc)
+        torch.cat([pad_to(p.completion_mask, Tc, 0, False) for p in parts]),
         torch.cat([p.is_truncated for p in parts]),
         [s for p in parts for s in p.prompts], [s for p in parts for s in p.completions], G)
 

@@ -108,13 +108,13 @@ class ReplayBuffer:
 
 def as_rollouts(entries: list[dict], pad_id: int, device) -> tuple[Rollouts, torch.Tensor, torch.Tensor]:
     """Stored groups -> (Rollouts, advantages (k*G,), behaviour log-probs (k*G, Tc)) on ``device``."""
-    from grpo_kit.loop.dynamic import _pad, cat_rollouts
+    from grpo_kit.loop.dynamic import cat_rollouts, pad_to
 
     parts = [Rollouts(e["prompt_ids"], e["prompt_mask"], e["completion_ids"], e["completion_mask"],
                       e["is_truncated"], list(e["prompts"]), list(e["completions"]), e["G"]) for e in entries]
     ro = cat_rollouts(parts, pad_id)
     Tc = ro.completion_ids.shape[1]
-    logp = torch.cat([_pad(e["logp"], Tc, 0, False) if e["logp"].shape[1] < Tc else e["logp"] for e in entries])
+    logp = torch.cat([pad_to(e["logp"], Tc, 0, False) if e["logp"].shape[1] < Tc else e["logp"] for e in entries])
     adv = torch.cat([e["advantages"] for e in entries])  # (k*G,)
     ro = Rollouts(*(t.to(device) for t in (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                                            ro.is_truncated)), ro.prompts, ro.completions, ro.num_generations)

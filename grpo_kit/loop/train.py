@@ -64,6 +64,7 @@ from grpo_kit.errors import (
 )
 from grpo_kit.eval.inference import check_prompts, greedy_accuracy
 from grpo_kit.loop import beyond_scalar, dynamic, replay, schedules
+from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.schedules import (
     lr_lambda,  # the learning-rate schedule (population.py and tests import it from here)
 )
@@ -124,7 +125,7 @@ def capped_threads(n: int) -> int:
 def setup(cfg: GRPOConfig, policy=None, tokenizer=None, reward_funcs=None, train_items=None,
           eval_items=None, gold_reward_funcs=None) -> Run:
     """Build everything a run needs from ``cfg``; pass objects to override the defaults."""
-    cfg.validate()
+    check_config(cfg)  # every field and every name, before anything is loaded
     if cfg.threads:
         torch.set_num_threads(capped_threads(cfg.threads))
     torch.manual_seed(cfg.seed)

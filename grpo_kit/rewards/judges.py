@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from grpo_kit.core.ensembles import agreement, ensemble_scores  # noqa: F401  (re-exported: judges.agreement)
 from grpo_kit.data.tasks import read_completion
 from grpo_kit.errors import ConfigError, RewardError, StopRequested
 
@@ -179,7 +180,7 @@ def trl_reward_kwargs(completion_ids: torch.Tensor, completion_mask: torch.Tenso
             "log_metric": log.log_metric}
 
 
-def _name(f) -> str:
+def func_name(f) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
@@ -225,16 +226,16 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread
             box["err"] = e
 
-    worker = threading.Thread(target=target, name=f"reward-{_name(f)}", daemon=True)
+    worker = threading.Thread(target=target, name=f"reward-{func_name(f)}", daemon=True)
     start = time.monotonic()
     worker.start()
     while worker.is_alive():  # in slices, so a stop request is seen while waiting
         now, asked = time.monotonic(), _stop["at"]
         if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
-            raise StopRequested(f"reward function {_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
+            raise StopRequested(f"reward function {func_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
                                 f"the stop request; the step was given up (its thread is left running)")
         if now >= start + timeout_s:
-            raise RewardError(f"reward function {_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+            raise RewardError(f"reward function {func_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
                               f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
                               f"make it faster or raise reward_timeout_s (its thread is left running in the "
                               f"background)")
@@ -294,7 +295,7 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
         except (KeyboardInterrupt, GeneratorExit, StopRequested):
             raise
         except BaseException as e:  # noqa: BLE001 - SystemExit included: re-raised with the judge's name
-            what = f"reward function {_name(f)!r} raised {type(e).__name__}: {e}" + (
+            what = f"reward function {func_name(f)!r} raised {type(e).__name__}: {e}" + (
                 " (a reward function must return its values, not exit)" if isinstance(e, SystemExit) else "")
             if policy == "raise":
                 raise RewardError(what) from e
@@ -305,11 +306,11 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
                 raise TypeError
             vals = list(vals)
         except TypeError:
-            fail(f"reward function {_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats",
+            fail(f"reward function {func_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats",
                  slice(None))
             continue
         if len(vals) != B:
-            fail(f"reward function {_name(f)!r} returned {len(vals)} values for {B} completions; "
+            fail(f"reward function {func_name(f)!r} returned {len(vals)} values for {B} completions; "
                  f"return one float per completion", slice(None))
             continue
         for i, v in enumerate(vals):
@@ -318,11 +319,11 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
             try:
                 v = float(v)
             except (TypeError, ValueError, OverflowError):
-                fail(f"reward function {_name(f)!r} returned {v!r:.60} for sample {i} "
+                fail(f"reward function {func_name(f)!r} returned {v!r:.60} for sample {i} "
                      f"(prompt {prompts[i]!r}); return a float or None", i)
                 continue
             if not math.isfinite(v):
-                fail(f"reward function {_name(f)!r} returned {v} for sample {i} (prompt {prompts[i]!r}, "
+                fail(f"reward function {func_name(f)!r} returned {v} for sample {i} (prompt {prompts[i]!r}, "
                      f"completion {completions[i]!r}); rewards must be finite: return None to skip a sample", i)
                 continue
             out[i, k] = v
@@ -781,7 +782,7 @@ def to_trl(judge: RewardFunc) -> RewardFunc:
     arguments (``completion_ids``, ``trainer_state``, dataset columns) pass through.
     """
     trl_reward = text_view(judge)
-    trl_reward.__name__ = _name(judge)
+    trl_reward.__name__ = func_name(judge)
     return trl_reward
 
 
@@ -800,49 +801,11 @@ def from_trl(func: RewardFunc, tokenizer=None, conversational: bool = False) -> 
             completions = [[{"role": "assistant", "content": c}] for c in completions]
         return func(prompts=prompts, completions=completions, **extra, **columns)
 
-    kit_judge.__name__ = _name(func)
+    kit_judge.__name__ = func_name(func)
     return kit_judge
 
 
 # ---------------------------------------------------------------- ensembles of scalar judges
-
-def _weights(weights, K: int) -> torch.Tensor:
-    w = torch.tensor(list(weights) if weights is not None else [1.0] * K, dtype=torch.float64)  # (K,)
-    if w.numel() != K or not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or float(w.sum()) <= 0:
-        raise ConfigError(f"ensemble weights {w.tolist()}: give {K} finite non-negative weights with a positive sum")
-    return w
-
-
-def ensemble_scores(scores: torch.Tensor, weights: Sequence[float] | None = None, method: str = "mean") -> torch.Tensor:
-    """Combine K judges' scores (K, B) -> (B,); NaN (a judge said None) is left out, and a
-    sample no judge scored stays NaN.
-
-    - ``"mean"``: the weighted average over the judges that scored the sample;
-    - ``"vote"``: the weighted majority value (the value with the most weight behind it;
-      a tie between values gives their mean). Meant for judges with few values (0/1 verdicts).
-    """
-    K, B = scores.shape
-    w = _weights(weights, K)  # (K,)
-    s = scores.to(torch.float64)  # (K, B)
-    seen = ~torch.isnan(s)  # (K, B)
-    if method == "mean":
-        wsum = (w[:, None] * seen).sum(0)  # (B,)
-        out = (w[:, None] * torch.nan_to_num(s)).sum(0) / wsum  # (B,) NaN where wsum == 0
-        return out.to(scores.dtype)
-    if method != "vote":
-        raise ConfigError(f"unknown ensemble method {method!r}: choose 'mean' or 'vote'")
-    out = torch.full((B,), float("nan"), dtype=torch.float64)  # (B,)
-    for b in range(B):
-        tally: dict[float, float] = {}
-        for k in range(K):
-            if seen[k, b]:
-                tally[float(s[k, b])] = tally.get(float(s[k, b]), 0.0) + float(w[k])
-        if tally:
-            top = max(tally.values())
-            winners = [v for v, t in tally.items() if t == top]
-            out[b] = sum(winners) / len(winners)
-    return out.to(scores.dtype)
-
 
 def ensemble_reward(judges: Sequence[RewardFunc], weights: Sequence[float] | None = None,
                     method: str = "mean") -> RewardFunc:
@@ -853,35 +816,8 @@ def ensemble_reward(judges: Sequence[RewardFunc], weights: Sequence[float] | Non
         out = ensemble_scores(per.T, weights, method)  # (B,)
         return [None if math.isnan(v) else v for v in out.tolist()]
 
-    ensemble.__name__ = f"{method}_of_" + "_".join(_name(j) for j in judges)
+    ensemble.__name__ = f"{method}_of_" + "_".join(func_name(j) for j in judges)
     return ensemble
-
-
-def agreement(labels: torch.Tensor, ensemble: torch.Tensor | None = None, names: Sequence[str] | None = None,
-              atol: float = 1e-6) -> dict:
-    """How often K judges agree: labels (K, N) verdicts (NaN = no verdict), ensemble (N,).
-
-    Returns ``{"names", "with_ensemble": {name: fraction}, "between": (K, K) tensor}``; each
-    fraction counts only items both sides judged (NaN when there is none). Verdicts agree when
-    they are equal within ``atol``: pass 0/1 verdicts or signs, not raw continuous scores.
-    """
-    K = labels.shape[0]
-    names = list(names) if names is not None else [f"judge{k}" for k in range(K)]
-    if len(names) != K:
-        raise ConfigError(f"{len(names)} names for {K} judges; give one name per judge")
-    x = labels.to(torch.float64).reshape(K, -1)  # (K, N)
-
-    def frac(a, b):
-        both = ~torch.isnan(a) & ~torch.isnan(b)  # (N,)
-        n = int(both.sum())
-        return float(((a - b).abs() <= atol)[both].sum()) / n if n else float("nan")
-
-    between = torch.tensor([[frac(x[i], x[j]) for j in range(K)] for i in range(K)])  # (K, K)
-    out = {"names": names, "between": between}
-    if ensemble is not None:
-        e = ensemble.to(torch.float64).reshape(-1)  # (N,)
-        out["with_ensemble"] = {n: frac(x[k], e) for k, n in enumerate(names)}
-    return out
 
 
 def __getattr__(name: str):

@@ -62,7 +62,7 @@ def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from grpo_kit.model.tiny import _first_line, hub_reachable, resolve_model
+    from grpo_kit.model.tiny import first_line, hub_reachable, resolve_model
 
     path = resolve_model(base)  # "tiny" and the shipped names, a local folder, or a hub name
     fix = "pass a model folder written by save_pretrained (config.json, tokenizer and weights), or 'tiny'"
@@ -77,7 +77,7 @@ def new_learned_judge(base: str | Path = "tiny", seed: int = 0):
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32, **extra)
     except Exception as e:  # a missing, truncated or foreign file: all one user-facing error
-        raise CheckpointError(f"judge base {str(base)!r} cannot be loaded ({type(e).__name__}: {_first_line(e)}); "
+        raise CheckpointError(f"judge base {str(base)!r} cannot be loaded ({type(e).__name__}: {first_line(e)}); "
                               f"{fix}") from e
     finally:
         hf_logging.set_verbosity(verbosity)

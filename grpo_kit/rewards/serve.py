@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.rewards.judges import RewardFunc, _name, judge
+from grpo_kit.rewards.judges import RewardFunc, func_name, judge
 from grpo_kit.rewards.remote import (  # noqa: F401 (their old home)
     SERVER_HINT,
     post_with_retries,
@@ -157,11 +157,11 @@ def check_columns(funcs: Sequence[RewardFunc], columns: dict[str, list]) -> None
         for c in required_columns(f):
             field = "'labels' (the reference answers)" if c == "answer" else f"'columns': {{'{c}': [...]}}"
             if c not in columns:
-                raise BadRequest(f"judge {_name(f)!r} needs '{c}' for every query and the request has none: "
+                raise BadRequest(f"judge {func_name(f)!r} needs '{c}' for every query and the request has none: "
                                  f"send {field}, one value per query")
             nulls = [i for i, v in enumerate(columns[c]) if v is None or v == ""]
             if nulls:
-                raise BadRequest(f"judge {_name(f)!r} needs '{c}' for every query and it is null or empty for queries "
+                raise BadRequest(f"judge {func_name(f)!r} needs '{c}' for every query and it is null or empty for queries "
                                  f"{nulls[:10]}: send {field} with a value for each")
 
 
@@ -172,7 +172,7 @@ def score_request(funcs: Sequence[RewardFunc], prompts: list[str], completions: 
     per_func, _, _ = judge(list(funcs), prompts, completions, columns)  # (B, K) NaN = no score
     rows = per_func.tolist()
     rewards = [None if all(math.isnan(v) for v in row) else sum(v for v in row if not math.isnan(v)) for row in rows]
-    logs = {_name(f): [None if math.isnan(row[k]) else row[k] for row in rows] for k, f in enumerate(funcs)}
+    logs = {func_name(f): [None if math.isnan(row[k]) else row[k] for row in rows] for k, f in enumerate(funcs)}
     return {"rewards": rewards, "scores": rewards, "extra_logs": logs}
 
 
@@ -195,7 +195,7 @@ class Judges:
 
     def __init__(self, funcs: Sequence[RewardFunc], timeout_s: float):
         self.funcs, self.timeout_s = list(funcs), timeout_s
-        self.names = [_name(f) for f in self.funcs]
+        self.names = [func_name(f) for f in self.funcs]
         self._batch = threading.Lock()
         self._guard = threading.Lock()  # guards _stuck
         self._stuck: dict[int, float] = {}  # judge index -> time.monotonic() its stuck call started
