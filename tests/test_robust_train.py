@@ -39,10 +39,17 @@ def nan_in_training_forward(run):
     return run.policy.lm_head.register_forward_hook(poison)
 
 
+def one_step(run, **kw):
+    """Train ``run`` for one step of its own config, then close the loop (its lock and signal handlers)."""
+    steps = train(run, **kw)
+    next(steps)
+    steps.close()
+
+
 def test_nan_loss_skips_the_update_and_leaves_weights_and_optimizer_alone(small_cfg):
     cfg = small_cfg.replace(threads=1, steps=3, max_consecutive_skips=0)
     run = setup(cfg)
-    list(train(cfg.replace(steps=1), run))  # one real update, so the optimizer has state
+    one_step(run)  # one real update, so the optimizer has state
     before, opt_before = _weights(run.policy), copy.deepcopy(run.optimizer.state_dict())
     hook = nan_in_training_forward(run)
     history = list(train(cfg, run))
@@ -57,7 +64,7 @@ def test_nan_loss_skips_the_update_and_leaves_weights_and_optimizer_alone(small_
 def test_too_many_skips_in_a_row_stop_with_a_report(small_cfg, tmp_path):
     cfg = small_cfg.replace(threads=1, steps=10, max_consecutive_skips=3, checkpoint_every=1)
     run = setup(cfg)
-    list(train(cfg.replace(steps=1), run, out_dir=tmp_path))
+    one_step(run, out_dir=tmp_path)
     nan_in_training_forward(run)
     with pytest.raises(TrainingError) as e:
         list(train(cfg, run, out_dir=tmp_path))

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from grpo_kit.config import GRPOConfig
-from grpo_kit.errors import CheckpointError, RewardError
+from grpo_kit.errors import CheckpointError, ConfigError, RewardError
 from grpo_kit.loop.train import latest_checkpoint, setup, train
 
 
@@ -99,3 +99,17 @@ def test_a_step_logs_the_pinned_metric_keys_in_order():
 
     cfg = GRPOConfig(steps=2, threads=1, eval_size=10, seed=3)
     assert list(grpo_step(setup(cfg))) == STEP_KEYS
+
+
+def test_train_reads_the_runs_own_config(small_cfg):
+    """train(run) trains with run.cfg; train(cfg, run) with another cfg is refused, naming the fields."""
+    run = setup(small_cfg)
+    with pytest.raises(ConfigError, match=r"differs .* in \['steps'\].*train\(run\)"):
+        next(train(small_cfg.replace(steps=small_cfg.steps + 1), run))
+    with pytest.raises(TypeError, match="once"):
+        next(train(run, run))
+    assert run.step == 0  # nothing ran
+    metrics = list(train(run))
+    assert len(metrics) == small_cfg.steps == run.step
+    run2 = setup(small_cfg)
+    assert [m["loss"] for m in train(small_cfg, run2)] == [m["loss"] for m in metrics]  # the same computation

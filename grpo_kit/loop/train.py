@@ -415,10 +415,14 @@ def _too_many_skips(run: Run, out_dir) -> TrainingError:
         + (f"; the last checkpoint is {where}" if where is not None else ""))
 
 
-def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = None,
+def train(cfg: GRPOConfig | Run, run: Run | None = None, out_dir: str | Path | None = None,
           resume: bool = False, should_stop: Callable[[], bool] | None = None,
           allow_schedule_change: bool = False) -> Iterator[dict]:
     """Run ``cfg.steps`` GRPO steps, yielding each step's metrics (with ``accuracy`` on eval steps).
+
+    ``train(run)`` trains a run built by :func:`setup`; ``train(cfg)`` builds it first. The loop reads
+    ``run.cfg`` only: ``train(cfg, run)`` with a ``cfg`` other than ``run.cfg`` is refused, naming the
+    fields that differ (a changed config needs a new ``setup``).
 
     With ``out_dir``: the folder is locked against a second process (:class:`RunLock`);
     ``history.jsonl`` gets one line per finished step; checkpoints are written every
@@ -431,15 +435,31 @@ def train(cfg: GRPOConfig, run: Run | None = None, out_dir: str | Path | None = 
     raise :class:`TrainingError`. ``allow_schedule_change``: a resume with another ``steps`` may
     move the schedules at the resumed step (see :func:`load_checkpoint`).
     """
-    run = run or setup(cfg)
+    run = one_run(cfg, run)
     lock = RunLock(out_dir).acquire() if out_dir is not None else None
     try:
         with StopOnSignals() as signals:
-            yield from _loop(cfg, run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals,
+            yield from _loop(run, Path(out_dir) if out_dir is not None else None, resume, should_stop, signals,
                              allow_schedule_change)
     finally:
         if lock is not None:
             lock.release()
+
+
+def one_run(cfg: GRPOConfig | Run, run: Run | None) -> Run:
+    """The run ``train`` trains: ``cfg`` itself when it is a :class:`Run`, else ``run`` (or ``setup(cfg)``),
+    whose config must be ``cfg``."""
+    if isinstance(cfg, Run):
+        if run is not None:
+            raise TypeError("train(run) takes the run once: pass train(run) or train(cfg, run)")
+        return cfg
+    if run is None:
+        return setup(cfg)
+    if run.cfg != cfg:
+        differ = [f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(run.cfg, f.name)]
+        raise ConfigError(f"train(cfg, run): cfg differs from the config the run was set up with in {differ}; "
+                          f"call train(run) to train with run.cfg, or setup(cfg) again for the new config")
+    return run
 
 
 def resume_run(run: Run, out_dir: str | Path, allow_schedule_change: bool = False) -> Path:
@@ -454,8 +474,9 @@ def resume_run(run: Run, out_dir: str | Path, allow_schedule_change: bool = Fals
     return ck
 
 
-def _loop(cfg, run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals,
+def _loop(run: Run, out_dir: Path | None, resume: bool, should_stop, signals: StopOnSignals,
           allow_schedule_change: bool = False):
+    cfg = run.cfg
     saved = None  # step of the newest checkpoint on disk
     if out_dir is not None:
         remove_partial_checkpoints(out_dir)
