@@ -12,6 +12,8 @@ from pathlib import Path
 
 from grpo_kit.errors import GRPOKitError
 
+__all__ = ["main"]  # the command line; notebooks call it as `main([...])`
+
 
 class UsageError(GRPOKitError):
     pass

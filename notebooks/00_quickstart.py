@@ -52,15 +52,12 @@ import copy
 
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
-from grpo_kit.core.advantages import compute_advantages
-from grpo_kit.core.losses import aggregate, grpo_per_token_loss
-from grpo_kit.data.tasks import heldout_split
-from grpo_kit.eval.inference import columns_of, greedy_accuracy
-from grpo_kit.model.logprobs import completion_logprobs
-from grpo_kit.model.sampling import sample_groups
-from grpo_kit.rewards.judges import exact_answer, score
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
+from grpo_kit.core import aggregate, compute_advantages, grpo_per_token_loss
+from grpo_kit.data import heldout_split
+from grpo_kit.eval import columns_of, greedy_accuracy
+from grpo_kit.model import completion_logprobs, sample_groups
+from grpo_kit.rewards import exact_answer, score
+from grpo_kit.view import Dashboard, record
 
 if SMOKE:
     STEPS, THREADS = 20, 1

@@ -52,9 +52,14 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit.core import advantages as A
-from grpo_kit.view.nbtools import record
-from grpo_kit.view.plotting import plot_advantage_bars, plot_buckets_vs_groups, plot_vs_theory
-from grpo_kit.view.widgets import advantage_sliders, redraw_on_change
+from grpo_kit.view import (
+    advantage_sliders,
+    plot_advantage_bars,
+    plot_buckets_vs_groups,
+    plot_vs_theory,
+    record,
+    redraw_on_change,
+)
 from IPython.display import display
 
 if SMOKE:

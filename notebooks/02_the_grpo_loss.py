@@ -51,10 +51,7 @@ import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, setup, train
 from grpo_kit.core import losses as L
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
-from grpo_kit.view.plotting import smooth
-from grpo_kit.view.widgets import redraw_on_change
+from grpo_kit.view import Dashboard, record, redraw_on_change, smooth
 from IPython.display import display
 
 if SMOKE:

@@ -45,14 +45,13 @@ import warnings
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
+from grpo_kit.core import group_zscore, pairwise_winrate
 from grpo_kit.core import preferences as PR
-from grpo_kit.core.advantages import group_zscore, pairwise_winrate
-from grpo_kit.data.tasks import DATASETS_DIR, heldout_split
-from grpo_kit.lab.offline import train_offline
+from grpo_kit.data import DATASETS_DIR, heldout_split
+from grpo_kit.lab import train_offline
 from grpo_kit.rewards import judges as J
 from grpo_kit.rewards import pairwise as PW
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
+from grpo_kit.view import Dashboard, record
 
 if SMOKE:
     OFFLINE_STEPS, EVAL_SIZE, THREADS = 6, 50, 1

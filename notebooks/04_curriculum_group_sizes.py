@@ -50,13 +50,10 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from grpo_kit import GRPOConfig, check_config
-from grpo_kit.core.advantages import zero_std_groups
+from grpo_kit import GRPOConfig, check_config, setup, train
+from grpo_kit.core import zero_std_groups
 from grpo_kit.loop import schedules
-from grpo_kit.loop.train import setup, train
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
-from grpo_kit.view.widgets import redraw_on_change
+from grpo_kit.view import Dashboard, record, redraw_on_change
 from IPython.display import display
 
 if SMOKE:
@@ -216,8 +213,8 @@ STRATEGIES = {
 for kw in STRATEGIES.values():  # P follows from B and G
     kw.setdefault("num_prompts", SAMPLES_PER_STEP // kw.get("num_generations", 8))
 
-from grpo_kit.data.tasks import get_task, heldout_split
-from grpo_kit.model.tiny import load_model
+from grpo_kit import load_model
+from grpo_kit.data import get_task, heldout_split
 
 base_policy, tok = load_model("tiny")  # loaded once; each run trains its own copy
 train_items, eval_items = get_task("add2").splits()["train"], heldout_split("add2")[:EVAL_SIZE]
@@ -359,7 +356,7 @@ record("replayed_groups", float(sum(m["replay/groups"] for m in rep)))
 # like with like. One group of eight from the base model:
 
 # %%
-from grpo_kit.model.sampling import row_temperatures, sample_groups
+from grpo_kit.model import row_temperatures, sample_groups
 
 temps = [0.7, 0.7, 1.0, 1.2]
 ro = sample_groups(base_policy, tok, ["47+85="] * 64, 8, 8, temps, torch.Generator().manual_seed(0))

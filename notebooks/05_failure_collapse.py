@@ -42,11 +42,9 @@ THREADS = 2
 # %%
 import inspect
 
-from grpo_kit.eval import diagnostics
-from grpo_kit.eval.diagnostics import report
-from grpo_kit.lab.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
-from grpo_kit.view.dashboard import Dashboard, compare_runs
-from grpo_kit.view.nbtools import record
+from grpo_kit.eval import diagnostics, report
+from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
+from grpo_kit.view import Dashboard, compare_runs, record
 
 STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
@@ -171,7 +169,7 @@ if not SMOKE:
 # **Solution** (the next cell).
 
 # %% jupyter={"source_hidden": true}
-from grpo_kit.eval.diagnostics import rolling_means, series
+from grpo_kit.eval import rolling_means, series
 
 
 def distinct_floor(history, level=0.3):

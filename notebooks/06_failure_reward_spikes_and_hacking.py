@@ -35,12 +35,10 @@ THREADS = 2
 import inspect
 
 import torch
-from grpo_kit.core.advantages import compute_advantages
-from grpo_kit.eval.diagnostics import report
-from grpo_kit.lab import failures
-from grpo_kit.lab.failures import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
-from grpo_kit.view.dashboard import Dashboard, compare_runs
-from grpo_kit.view.nbtools import record
+from grpo_kit.core import compute_advantages
+from grpo_kit.eval import report
+from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, failures, finding_marks, run_failure
+from grpo_kit.view import Dashboard, compare_runs, record
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200

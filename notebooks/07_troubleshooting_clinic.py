@@ -35,10 +35,9 @@ SEED = 0
 THREADS = 2
 
 # %%
-from grpo_kit.eval.diagnostics import report
-from grpo_kit.lab.failures import compare_table, measure_step_memory, run_failure
-from grpo_kit.view.dashboard import compare_runs
-from grpo_kit.view.nbtools import record
+from grpo_kit.eval import report
+from grpo_kit.lab import compare_table, measure_step_memory, run_failure
+from grpo_kit.view import compare_runs, record
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200

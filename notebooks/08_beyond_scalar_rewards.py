@@ -66,21 +66,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from grpo_kit.config import GRPOConfig
-from grpo_kit.core.advantages import compute_advantages, pairwise_winrate, rank_based
-from grpo_kit.data.tasks import DATASETS_DIR, get_task
-from grpo_kit.eval.inference import columns_of, greedy_accuracy
+from grpo_kit import GRPOConfig, load_model, setup, train
+from grpo_kit.core import compute_advantages, pairwise_winrate, rank_based
+from grpo_kit.data import DATASETS_DIR, get_task
+from grpo_kit.eval import columns_of, greedy_accuracy
 from grpo_kit.loop import beyond_scalar
-from grpo_kit.loop.train import setup, train
-from grpo_kit.model.sampling import sample_groups
-from grpo_kit.model.tiny import load_model
-from grpo_kit.rewards import learned_judge
-from grpo_kit.rewards.judges import exact_answer
-from grpo_kit.rewards.pairwise import load_preference_groups
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
-from grpo_kit.view.plotting import smooth
-from grpo_kit.view.widgets import redraw_on_change
+from grpo_kit.model import sample_groups
+from grpo_kit.rewards import exact_answer, learned_judge, load_preference_groups
+from grpo_kit.view import Dashboard, record, redraw_on_change, smooth
 from IPython.display import Markdown, display
 
 if SMOKE:

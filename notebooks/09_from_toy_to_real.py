@@ -75,28 +75,25 @@ import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, check_config, load_model, setup, train
 from grpo_kit.cli import main as cli_main
-from grpo_kit.core.advantages import compute_advantages
-from grpo_kit.data.tasks import DATASETS_DIR, heldout_split, load_gsm8k
-from grpo_kit.engines.trl_engine import trl_kwargs
-from grpo_kit.engines.verl_export import verl_overrides
-from grpo_kit.eval.diagnostics import read_history
-from grpo_kit.eval.inference import columns_of, greedy_accuracy
-from grpo_kit.loop.train import pick_device
-from grpo_kit.model.lora import peft_config
-from grpo_kit.model.memory import (
+from grpo_kit.core import compute_advantages
+from grpo_kit.data import DATASETS_DIR, heldout_split, load_gsm8k
+from grpo_kit.engines import trl_kwargs, verl_overrides
+from grpo_kit.eval import columns_of, greedy_accuracy, read_history
+from grpo_kit.loop import pick_device
+from grpo_kit.model import (
     GiB,
+    chat_items,
     estimate_memory,
     lora_parameter_count,
     model_shape,
     parameter_count,
+    peft_config,
+    render_prompt,
+    sample_groups,
     suggest_micro_batch,
 )
-from grpo_kit.model.sampling import chat_items, render_prompt, sample_groups
-from grpo_kit.rewards.judges import score_each
-from grpo_kit.rewards.resolve import get_reward_funcs
-from grpo_kit.view.dashboard import Dashboard
-from grpo_kit.view.nbtools import record
-from grpo_kit.view.plotting import plot_history
+from grpo_kit.rewards import get_reward_funcs, score_each
+from grpo_kit.view import Dashboard, plot_history, record
 
 if SMOKE:
     STEPS, THREADS = 4, 1

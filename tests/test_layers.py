@@ -180,3 +180,43 @@ def test_old_module_names_still_import_the_moved_modules():
         resolve_reward_func,  # a saved config's reward, written before the move
     )
     assert resolve_reward_func("grpo_kit.failures:length_judge").__module__ == "grpo_kit.lab.failures"
+
+
+SURFACE = {"grpo_kit", "grpo_kit.cli", *(f"grpo_kit.{layer}" for layer in
+                                         ("core", "model", "data", "rewards", "loop", "eval", "lab", "view", "engines"))}
+
+
+def test_notebooks_import_from_the_documented_surface():
+    """A notebook imports from ``grpo_kit`` and the layer packages (each documents its names in its
+    docstring and ``__all__``), or a layer's module as a whole (``from grpo_kit.loop import schedules``)."""
+    import importlib
+
+    bad = []
+    for nb in sorted((PKG.parent / "notebooks").glob("*.py")):
+        for node in ast.walk(ast.parse(nb.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                bad += [f"{nb.name}: import {a.name}" for a in node.names
+                        if a.name.startswith("grpo_kit") and a.name not in SURFACE]
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_kit")):
+                continue
+            if node.module not in SURFACE:
+                bad.append(f"{nb.name}: from {node.module} import ...")
+                continue
+            package = importlib.import_module(node.module)
+            for a in node.names:
+                submodule = (PKG.parent / node.module.replace(".", "/") / f"{a.name}.py").is_file()
+                if a.name not in getattr(package, "__all__", ()) and not submodule:
+                    bad.append(f"{nb.name}: {a.name} is not in {node.module}.__all__")
+    assert bad == []
+
+
+def test_a_layer_package_exports_no_name_of_its_own_modules():
+    """``from grpo_kit.loop import train`` must stay the module (mock paths, ``import ... as`` resolve it)."""
+    import importlib
+
+    for layer in sorted(SURFACE - {"grpo_kit", "grpo_kit.cli"}):
+        package = importlib.import_module(layer)
+        folder = PKG.parent / layer.replace(".", "/")
+        for name in package.__all__:
+            assert not (folder / f"{name}.py").is_file(), f"{layer}.__all__ has {name!r}, also a module there"
+            assert getattr(package, name) is not None

@@ -1,1 +1,26 @@
-"""core"""
+"""The GRPO math on tensors: read this layer first.
+
+It imports torch and ``grpo_kit.errors`` only; every function is pure and carries the tensor
+shapes on the lines that make them.
+
+- ``advantages``: the group z-score (DeepSeekMath) and every other advantage estimator, one name
+  per estimator in ``ESTIMATORS`` and one entry point, ``estimate_advantages``.
+- ``losses``: the clipped surrogate, the KL estimators, the aggregations, and ``grpo_loss``.
+- ``preferences``, ``ensembles``: preference matrices and their checks; ensembles of scores.
+- ``metrics``: what a step logs, computed from tensors.
+
+The names below are what the notebooks use; import a module for the rest.
+"""
+from grpo_kit.core.advantages import (
+    ESTIMATORS,
+    compute_advantages,
+    estimate_advantages,
+    group_zscore,
+    pairwise_winrate,
+    rank_based,
+    zero_std_groups,
+)
+from grpo_kit.core.losses import aggregate, grpo_loss, grpo_per_token_loss, kl_estimate
+
+__all__ = ["ESTIMATORS", "compute_advantages", "estimate_advantages", "group_zscore", "pairwise_winrate",
+           "rank_based", "zero_std_groups", "aggregate", "grpo_loss", "grpo_per_token_loss", "kl_estimate"]

@@ -20,3 +20,17 @@ def refuse_steering(cfg, engine: str) -> None:
     if steering:
         raise ConfigError(f"GRPOConfig fields {steering} steer the run over time and have no {engine} equivalent; "
                           f"reset them to their defaults to export to {engine}")
+
+
+# the notebooks' names, read when first asked for: importing trl_engine imports transformers' Trainer,
+# and verl loads verl_export's reward function by file path in processes that need nothing else
+_LAZY = {"trl_kwargs": "grpo_kit.engines.trl_engine", "verl_overrides": "grpo_kit.engines.verl_export"}
+__all__ = ["refuse_steering", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'grpo_kit.engines' has no attribute {name!r}")

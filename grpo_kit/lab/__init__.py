@@ -1,1 +1,18 @@
-"""lab"""
+"""Experiments built on the loop: the failure lab (``failures``), offline training on ranked
+groups (``offline``), a population of LoRA variants (``population``), and the shipped base model
+(``base``).
+
+The names below are what the notebooks use; import a module for the rest.
+"""
+from grpo_kit.lab.failures import (
+    FAILURES,
+    compare_table,
+    dashboard_hook,
+    finding_marks,
+    measure_step_memory,
+    run_failure,
+)
+from grpo_kit.lab.offline import train_offline
+
+__all__ = ["FAILURES", "compare_table", "dashboard_hook", "finding_marks", "measure_step_memory", "run_failure",
+           "train_offline"]
