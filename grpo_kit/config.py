@@ -17,9 +17,13 @@ of the kit but its errors.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from grpo_kit.errors import ConfigError
 
@@ -71,6 +75,32 @@ def _yaml_size(node, seen: dict) -> int:
 TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
 
 
+def whole(default, low: int, optional: bool = False, why: str = ""):
+    """A field that holds a whole number >= ``low`` (or None when ``optional``); ``why`` ends the error."""
+    rule = f"must be a whole number >= {low}{' (or None)' if optional else ''}{why}"
+    return field(default=default, metadata={"rule": (rule, lambda v: _is_int(v) and v >= low, optional)})
+
+
+def real(default, rule: str, ok: Callable[[float], bool], optional: bool = False):
+    """A field that holds a finite number for which ``ok`` holds (``rule`` says which, in the error)."""
+    text = f"must be a finite number {rule}{' (or None)' if optional else ''}"
+    return field(default=default, metadata={"rule": (text, lambda v: _is_num(v) and ok(v), optional)})
+
+
+def field_rule(name: str, annotation) -> tuple[str, Callable, bool] | None:
+    """(rule text, test, None allowed) of a field: from its ``whole``/``real`` metadata, a ``Literal`` of its
+    choices, or ``bool``; None for a field checked by a named rule in ``validate()``."""
+    f = GRPOConfig.__dataclass_fields__[name]
+    if "rule" in f.metadata:
+        return f.metadata["rule"]
+    if typing.get_origin(annotation) is Literal:
+        options = typing.get_args(annotation)
+        return "choose " + ", ".join(repr(o) for o in options), lambda v: isinstance(v, str) and v in options, False
+    if annotation is bool:
+        return "must be true or false", lambda v: isinstance(v, bool), False
+    return None
+
+
 @dataclass
 class GRPOConfig:
     # --- what to train
@@ -96,17 +126,17 @@ class GRPOConfig:
     """Reward functions scored on the same completions every step and logged (``gold_reward``) beside the
     training reward, never used for the advantages: a second opinion that shows reward hacking
     (the training reward climbs while the gold one does not; see ``diagnostics.py``). Empty = none."""
-    chat_template: str = "auto"
+    chat_template: Literal["auto", "on", "off"] = "auto"
     """How text prompts reach the model: 'auto' wraps each one as a user message and renders it with the
     tokenizer's chat template (``apply_chat_template(..., add_generation_prompt=True)``, as TRL renders a
     conversational prompt) when the tokenizer has one (``tokenizer.chat_template``), else sends the text
     as is; 'on' requires a template (a ConfigError at setup when the tokenizer has none); 'off' always
     sends the text as is. Prompts given as conversations always go through the template."""
-    seed: int = 0
+    seed: int = whole(0, 0)
     """Seeds prompt order, sampling and initialisation; a run is deterministic per seed on one machine."""
 
     # --- sampling (one step samples P prompts x G completions)
-    steps: int = 500
+    steps: int = whole(500, 0)
     """Number of GRPO updates. The same ``steps`` resumes bit-exactly. Resuming with another ``steps``
     stretches every schedule set by the fraction of the run (the learning-rate cosine and warm-up,
     ``group_size_schedule``, fraction curricula) over the new total, so from the resumed step on the
@@ -115,18 +145,18 @@ class GRPOConfig:
     the resume is refused with the list of changes unless ``--allow-schedule-change``
     (``train(..., allow_schedule_change=True)``); a resume that changes nothing (constant rate, no
     fraction schedule) goes ahead."""
-    num_prompts: int = 16
+    num_prompts: int = whole(16, 1)
     """P: prompts per step."""
-    num_generations: int = 8
+    num_generations: int = whole(8, 2, why=" (a group of one completion has nothing to be compared with)")
     """G: completions per prompt (TRL's ``num_generations``); at least 2, a group needs a comparison."""
-    max_completion_length: int = 8
+    max_completion_length: int = whole(8, 1)
     """Tokens generated per completion at most (TRL's name); also the Dr. GRPO normaliser."""
     temperature: float | list[float] = 1.0
     """Sampling temperature; a list gives each group a mix (cycled over its G completions; TRL has one
     temperature, so ``trl_kwargs()`` refuses a list)."""
 
     # --- the objective
-    scale_rewards: str = "none"
+    scale_rewards: Literal["group", "batch", "none"] = "none"
     """Advantage normalisation (TRL's name): 'group' z-score (DeepSeekMath), 'batch', or 'none' (Dr. GRPO)."""
     advantage_estimator: str = "grpo"
     """Advantage estimator by name (see ``advantages.ESTIMATORS``): 'grpo' uses ``scale_rewards`` (the
@@ -136,26 +166,26 @@ class GRPOConfig:
     from a value head trained in the loop, ``hybrid_weight``) and 'pairwise' (win rates from
     ``pairwise_judges``) make more than one scalar per completion (``beyond_scalar.py``); the reward
     functions are still scored and logged with them. TRL has none of these three (``trl_kwargs()`` refuses them)."""
-    loss_type: str = "dapo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
     """Aggregation of per-token losses: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL's names and normalisers;
     TRL 1.16's 'cispo', 'sapo', 'luspo' and 'vespo' are not implemented and refused by ``validate()``)."""
-    beta: float = 0.0
+    beta: float = real(0.0, ">= 0 (it weighs a KL penalty)", lambda v: v >= 0)
     """KL coefficient against the frozen reference (k3 estimator); 0 drops the KL term from the loss.
     The KL term is not multiplied by the importance ratio (TRL's ``use_bias_correction_kl=False``,
     which ``trl_kwargs()`` sets; TRL's default True changes the KL gradient)."""
-    epsilon: float = 0.2
+    epsilon: float = real(0.2, "in (0, 1)", lambda v: 0 < v < 1)
     """Lower clip: ratios below 1 - epsilon stop pulling down negative-advantage tokens."""
     epsilon_high: float | None = None
     """Upper clip (DAPO's clip-higher, 0.28); None means equal to ``epsilon``."""
     delta: float | None = None
     """Optional cap on the unclipped ratio (INTELLECT-2 two-sided clipping); must exceed 1 + epsilon_high."""
-    importance_sampling_level: str = "token"
+    importance_sampling_level: Literal["token", "sequence"] = "token"
     """'token' ratios (GRPO) or one 'sequence' ratio per completion (GSPO)."""
-    num_iterations: int = 1
+    num_iterations: int = whole(1, 1)
     """Updates per sampled batch (mu in DeepSeekMath); >1 makes the ratio and clipping matter."""
-    kl_estimator: str = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator for ``beta`` and the logged KL: 'k1' (logp - ref), 'k2' (0.5 (logp - ref)^2) or 'k3' (TRL's)."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = real(0.0, ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
     """Entropy bonus (TRL's ``entropy_coef``): loss - entropy_coef * mean token entropy, whatever the loss_type; 0 = off."""
     mask_truncated_completions: bool = False
     """Drop completions that hit ``max_completion_length`` without EOS from the loss (DAPO)."""
@@ -172,7 +202,7 @@ class GRPOConfig:
     scores over the group's steps and gives token t the sum of the scores of the steps ending at or
     after it. 'column_sums' (the default) reads the scratchpad task ``add2s``: each column sum is a
     step (1 right, 0 wrong), the answer after ``|`` the last one. A malformed answer is a RewardError."""
-    hybrid_weight: float = 0.3
+    hybrid_weight: float = real(0.3, "in [0, 1]", lambda v: 0 <= v <= 1)
     """``advantage_estimator='hybrid_gae'``: w in A = w * group advantage + (1 - w) * GAE, in [0, 1]
     (0.3 is a value you will meet in GRPO write-ups). The terms have different scales: with
     ``scale_rewards='group'`` the group term is a z-score (unit std in any group with signal), with
@@ -181,11 +211,11 @@ class GRPOConfig:
     that comes from the group term; the loop logs that share as
     ``advantages/group_share`` = w s_grp / (w s_grp + (1 - w) s_gae), with the two stds
     ``advantages/group_std`` and ``advantages/gae_std``."""
-    gae_gamma: float = 1.0
+    gae_gamma: float = real(1.0, "in [0, 1]", lambda v: 0 <= v <= 1)
     """``hybrid_gae``: the discount gamma of GAE over completion tokens, in [0, 1] (1: no discount, as for LMs)."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = real(0.95, "in [0, 1]", lambda v: 0 <= v <= 1)
     """``hybrid_gae``: GAE's lambda in [0, 1] (0: one-step TD, trusts the value head; 1: Monte-Carlo return)."""
-    value_lr: float = 1e-3
+    value_lr: float = real(1e-3, "> 0", lambda v: v > 0)
     """``hybrid_gae``: learning rate of the value head's own AdamW (constant; one update per step on
     the GAE returns, logged as ``value/loss``). The head and its optimizer are saved in checkpoints."""
     pairwise_judges: list = field(default_factory=list)
@@ -201,7 +231,7 @@ class GRPOConfig:
     pairwise_ensemble: str = "mean"
     """How several pairwise judges combine: 'mean' (weighted mean of their matrices, soft labels) or
     'vote' (weighted majority of their signs, ties 0); see ``preferences.ensemble_preferences``."""
-    pairwise_temperature: float | None = None
+    pairwise_temperature: float | None = real(None, "> 0", lambda v: v > 0, optional=True)
     """Scalar pairwise judges (``learned:``, ``reward:``): None compares scores by sign (hard labels,
     equal scores tie); a temperature T > 0 gives soft Bradley-Terry labels tanh((s_i - s_j) / (2T))."""
     lora: dict | None = None
@@ -213,11 +243,11 @@ class GRPOConfig:
     than full fine-tuning (the adapter starts at zero)."""
 
     # --- optimisation
-    learning_rate: float = 3e-4
+    learning_rate: float = real(3e-4, "> 0", lambda v: v > 0)
     """AdamW learning rate (the tiny model; a 0.5B model wants about 1e-6)."""
-    weight_decay: float = 0.0
+    weight_decay: float = real(0.0, ">= 0", lambda v: v >= 0)
     """AdamW weight decay."""
-    lr_schedule: str = "cosine"
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
     """'cosine' (decay to 0 over the run's ``steps * num_iterations`` optimizer updates, after
     ``warmup_steps`` of linear warm-up) or 'constant' (after the warm-up, if any).
 
@@ -228,15 +258,15 @@ class GRPOConfig:
     Cosine is the default because at a constant 3e-4 the tiny model's held-out accuracy still
     swings by +-10 points late in a run (seed 1 ended at 64% after touching 75%); decaying the
     step size lets it settle (91-94% at 500 steps for seeds 0-2)."""
-    warmup_steps: int = 0
+    warmup_steps: int = whole(0, 0)
     """Linear warm-up, in optimizer updates (TRL's ``warmup_steps``; = steps when ``num_iterations=1``)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = real(1.0, "> 0", lambda v: v > 0)
     """Global gradient-norm clip."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = whole(None, 1, optional=True)
     """Rows per forward/backward; None means the whole batch (B = P*G). Must divide B."""
 
     # --- hardware
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     """'auto' (CUDA if present), 'cpu' or 'cuda'."""
     bf16: bool = True
     """bf16 autocast on CUDA for every forward (sampling, reference, training); ignored on a CPU,
@@ -255,13 +285,13 @@ class GRPOConfig:
     same short answer several times) once in the log-prob forwards and copy the result back, in
     the graph, so the gradient is the sum over the copies, as for separate rows; the same numbers
     up to float rounding, for the cost of the distinct rows (``logprobs.completion_logprobs``)."""
-    pack_max_tokens: int = 1024
+    pack_max_tokens: int = whole(1024, 0)
     """With ``share_prompt_prefix``: score a micro-batch as one row without padding (its distinct
     prompts, then each completion; a block attention mask lets each completion see its prompt and
     its own prefix, ``logprobs.pack_rows``) when that row has at most this many tokens: one forward,
     no key-value cache, no padding after a completion's end. The mask is N x N, so longer batches
     take the shared-cache path; 0 never packs. The same numbers up to float rounding."""
-    threads: int | None = 2
+    threads: int | None = whole(2, 1, optional=True)
     """torch CPU threads (None leaves torch's default)."""
 
     # --- steering a run over time (schedules.py, dynamic.py, replay.py; notebook 04)
@@ -306,13 +336,13 @@ class GRPOConfig:
     LR schedule then run by the share of the budget spent, so strategies compare at equal generation cost."""
 
     # --- bookkeeping
-    eval_every: int = 50
+    eval_every: int = whole(50, 0)
     """Held-out greedy accuracy every N steps (0 = only before and after)."""
-    eval_size: int = 500
+    eval_size: int = whole(500, 1)
     """Items of the held-out test split used for evaluation."""
-    checkpoint_every: int = 100
+    checkpoint_every: int = whole(100, 0)
     """Write a checkpoint every N steps when an output folder is given (0 = only at the end)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = whole(2, 1)
     """How many recent checkpoints to keep."""
     log_completions: bool = False
     """Keep every group on record (TRL's name): each logged step writes one row per completion to
@@ -321,18 +351,18 @@ class GRPOConfig:
     "completion": str})`` opens it, keeping "111" a string), and
     the dashboard's group table pages through the step's groups. Off: only the first group of each
     step is kept, in ``history.jsonl``'s ``samples``."""
-    log_completions_every: int = 1
+    log_completions_every: int = whole(1, 1)
     """With ``log_completions``: log every N-th step (1 = every step)."""
-    log_completions_max_groups: int = 0
+    log_completions_max_groups: int = whole(0, 0)
     """With ``log_completions``: at most this many groups per logged step, the first ones (0 = all P)."""
 
     # --- reliability (what happens when input or numbers go bad)
-    on_bad_row: str = "raise"
+    on_bad_row: Literal["raise", "skip"] = "raise"
     """Malformed rows in ``dataset``: 'raise' a DataError naming file, line and reason, or 'skip' and count them."""
-    reward_error_policy: str = "raise"
+    reward_error_policy: Literal["raise", "skip", "zero"] = "raise"
     """A reward that raises or is NaN/inf: 'raise' a RewardError, 'skip' the sample (advantage 0, masked
     from the loss) or 'zero' it (that function's reward becomes 0); counted in ``rewards/bad_samples``."""
-    reward_timeout_s: float | None = 60.0
+    reward_timeout_s: float | None = real(60.0, "> 0", lambda v: v > 0, optional=True)
     """Seconds a reward function may take per batch (it runs in a worker thread); a function that takes
     longer is a bad value for the whole batch, handled by ``reward_error_policy`` ('raise': a RewardError
     naming it). 60 s is far above what a rule-based judge or a small learned judge needs for a batch, and
@@ -341,14 +371,14 @@ class GRPOConfig:
     keeping the last finished step. None runs the function inline without a limit (then only a second
     signal interrupts it); see judges.py. ``--engine trl`` calls reward functions without a limit and
     accepts only this default or None."""
-    max_consecutive_skips: int = 5
+    max_consecutive_skips: int = whole(5, 0)
     """Stop with a TrainingError after this many steps in a row whose update was skipped (0 = never stop)."""
     truncate_prompts: bool = False
     """A prompt longer than the model's context minus ``max_completion_length``: False raises a DataError
     naming it; True keeps its last tokens (the end, where the question usually is) and warns once."""
 
     # --- diagnostics (grpo_kit/eval/diagnostics.py)
-    diagnose_every: int = 10
+    diagnose_every: int = whole(10, 0)
     """Run the failure detectors over the history every N steps during ``train()`` and log a warning the
     first time each kind of failure is found (0 = never; ``diagnostics.diagnose`` works on any history)."""
 
@@ -363,28 +393,23 @@ class GRPOConfig:
         raise ConfigError(f"GRPOConfig.{name}={_show(getattr(self, name))}: {rule}")
 
     def validate(self) -> "GRPOConfig":
-        """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range."""
+        """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range.
+
+        Each field's own rule comes from its declaration (``whole``, ``real``, a ``Literal`` of choices,
+        ``bool``), checked in the order of the fields; the rules below them are those of fields whose
+        form is richer or that depend on another field."""
         def need(ok, name, rule):
             if not ok:
                 self.refuse(name, rule)
 
-        def choice(name, options):
-            need(isinstance(getattr(self, name), str) and getattr(self, name) in options, name,
-                 "choose " + ", ".join(repr(o) for o in options))
-
-        def integer(name, low, optional=False, extra=""):
+        need(self.loss_type not in TRL_ONLY_LOSS_TYPES, "loss_type",
+             "is one of TRL 1.16's loss types (cispo, sapo, luspo, vespo) that the kit does not implement; "
+             "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (or train it with TRL's GRPOTrainer)")
+        for name, annotation in _hints().items():
+            rule = field_rule(name, annotation)
             v = getattr(self, name)
-            need((optional and v is None) or (_is_int(v) and v >= low), name,
-                 f"must be a whole number >= {low}{' (or None)' if optional else ''}{extra}")
-
-        def number(name, rule, ok, optional=False):
-            v = getattr(self, name)
-            need((optional and v is None) or (_is_num(v) and ok(v)), name,
-                 f"must be a finite number {rule}{' (or None)' if optional else ''}")
-
-        def boolean(name):
-            need(isinstance(getattr(self, name), bool), name, "must be true or false")
-
+            if rule is not None and not (rule[2] and v is None):
+                need(rule[1](v), name, rule[0])
         # what to train
         need(isinstance(self.model, str) and self.model.strip() != "", "model",
              "must be a model folder, a Hugging Face hub name or 'tiny'")
@@ -392,7 +417,6 @@ class GRPOConfig:
              "must be the name of a task (grpo_kit.data.tasks.task_names())")
         need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
              "must be the path of a jsonl file (or None)")
-        choice("chat_template", ("auto", "on", "off"))
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "
@@ -404,85 +428,34 @@ class GRPOConfig:
         need(isinstance(self.gold_reward_funcs, list)
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.gold_reward_funcs),
              "gold_reward_funcs", "must be a list of reward functions written as in reward_funcs, empty for none")
-        integer("seed", 0)
         need(self.seed < 2**63, "seed", "must be < 2**63 (torch generators take 64-bit seeds)")
-        # sampling
-        integer("steps", 0)
-        integer("num_prompts", 1)
-        integer("num_generations", 2, extra=" (a group of one completion has nothing to be compared with)")
-        integer("max_completion_length", 1)
+        # sampling and the objective
         temps = self.temperature if isinstance(self.temperature, list) else [self.temperature]
         need(len(temps) > 0 and all(_is_num(t) and t > 0 for t in temps), "temperature",
              "must be a finite number > 0 (or a non-empty list of them)")
-        # the objective
-        choice("scale_rewards", ("group", "batch", "none"))
         need(isinstance(self.advantage_estimator, str) and self.advantage_estimator != "", "advantage_estimator",
              "must be the name of an estimator (grpo_kit.core.advantages.ESTIMATORS)")
-        self._validate_beyond_scalar(need, number)
-        choice("kl_estimator", ("k1", "k2", "k3"))
-        number("entropy_coef", ">= 0 (a negative bonus would punish exploration)", lambda v: v >= 0)
-        need(self.loss_type not in TRL_ONLY_LOSS_TYPES, "loss_type",
-             "is one of TRL 1.16's loss types (cispo, sapo, luspo, vespo) that the kit does not implement; "
-             "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (or train it with TRL's GRPOTrainer)")
-        choice("loss_type", ("grpo", "bnpo", "dr_grpo", "dapo"))
-        number("beta", ">= 0 (it weighs a KL penalty)", lambda v: v >= 0)
-        number("epsilon", "in (0, 1)", lambda v: 0 < v < 1)
-        number("epsilon_high", f">= epsilon={self.epsilon}", lambda v: v >= self.epsilon, optional=True)
-        hi = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        number("delta", f"> 1 + epsilon_high = {1 + hi}", lambda v: v > 1 + hi, optional=True)
-        choice("importance_sampling_level", ("token", "sequence"))
-        integer("num_iterations", 1)
-        boolean("mask_truncated_completions")
-        boolean("log_kl")
-        boolean("share_prompt_prefix")
-        boolean("dedupe_completions")
-        integer("pack_max_tokens", 0)
-        # optimisation
-        number("learning_rate", "> 0", lambda v: v > 0)
-        number("weight_decay", ">= 0", lambda v: v >= 0)
-        choice("lr_schedule", ("constant", "cosine"))
-        integer("warmup_steps", 0)
-        number("max_grad_norm", "> 0", lambda v: v > 0)
-        integer("micro_batch_size", 1, optional=True)
-        # hardware
-        choice("device", ("auto", "cpu", "cuda"))
+        self._validate_beyond_scalar(need)
+        eh = self.epsilon_high
+        need(eh is None or (_is_num(eh) and eh >= self.epsilon), "epsilon_high",
+             f"must be a finite number >= epsilon={self.epsilon} (or None)")
+        hi = self.epsilon if eh is None else eh
+        need(self.delta is None or (_is_num(self.delta) and self.delta > 1 + hi), "delta",
+             f"must be a finite number > 1 + epsilon_high = {1 + hi} (or None)")
         if self.device == "cuda":
             import torch
 
             need(torch.cuda.is_available(), "device",
                  "no CUDA GPU is visible to torch (torch.cuda.is_available() is False); "
                  "use device='cpu' or 'auto', or install a CUDA build of torch")
-        boolean("bf16")
-        boolean("bf16_on_cpu")
-        boolean("gradient_checkpointing")
-        integer("threads", 1, optional=True)
-        # bookkeeping
-        integer("eval_every", 0)
-        integer("eval_size", 1)
-        integer("checkpoint_every", 0)
-        integer("keep_checkpoints", 1)
-        boolean("log_completions")
-        integer("log_completions_every", 1)
-        integer("log_completions_max_groups", 0)
-        # reliability
-        choice("on_bad_row", ("raise", "skip"))
-        choice("reward_error_policy", ("raise", "skip", "zero"))
-        number("reward_timeout_s", "> 0", lambda v: v > 0, optional=True)
-        integer("max_consecutive_skips", 0)
-        boolean("truncate_prompts")
-        integer("diagnose_every", 0)
         need(self.reward_error_policy != "skip" or self.advantage_estimator == "grpo", "reward_error_policy",
              f"'skip' needs advantage_estimator='grpo' (it is {self.advantage_estimator!r}, which cannot leave "
              f"samples out); use 'zero' or 'raise'")
         return self
 
-    def _validate_beyond_scalar(self, need, number) -> None:
-        """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py)."""
+    def _validate_beyond_scalar(self, need) -> None:
+        """The fields of 'process', 'hybrid_gae' and 'pairwise' (see beyond_scalar.py) with richer forms."""
         est = self.advantage_estimator
-        for name in ("hybrid_weight", "gae_gamma", "gae_lambda"):
-            number(name, "in [0, 1]", lambda v: 0 <= v <= 1)
-        number("value_lr", "> 0", lambda v: v > 0)
-        number("pairwise_temperature", "> 0", lambda v: v > 0, optional=True)
         need(self.pairwise_ensemble in ("mean", "vote"), "pairwise_ensemble", "choose 'mean' or 'vote'")
         need((isinstance(self.step_judge, str) and self.step_judge) or callable(self.step_judge), "step_judge",
              "must be a name of grpo_kit.loop.beyond_scalar.STEP_JUDGES or 'package.module:function'")
@@ -581,6 +554,12 @@ class GRPOConfig:
         return [k for k in ("group_size_schedule", "adaptive_group_size", "task_schedule", "reward_schedule",
                             "dynamic_sampling", "replay_fraction", "completion_budget", "samples_per_step")
                 if getattr(self, k) not in (None, False, 0.0)]
+
+
+@functools.lru_cache(maxsize=1)
+def _hints() -> dict:
+    """Each field's annotation, evaluated (``from __future__ import annotations`` keeps them as text)."""
+    return typing.get_type_hints(GRPOConfig)
 
 
 def _float_fields() -> set[str]:
