@@ -157,16 +157,10 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
                                                 temps[s], with_entropy=(it == 0 or cfg.entropy_coef != 0),
                                                 entropy_grad=cfg.entropy_coef != 0, **kw)
             logp = at_least_fp32(logp)  # (b, Tc)
-            old = old_logp[s] if old_logp is not None else logp.detach()
-            if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them
-                old = torch.where(behaviour_rows[s].view(-1, 1).to(old.device), behaviour_logp[s].to(old), old)
+            old = old_logprobs(logp, s, old_logp, behaviour_logp, behaviour_rows)  # (b, Tc)
             loss, stats = grpo_loss(logp, old, ref_logp[s] if ref_logp is not None else None, adv[s], mask[s],
-                                    loss_type=cfg.loss_type, beta=cfg.beta, epsilon=cfg.epsilon,
-                                    epsilon_high=cfg.epsilon_high, delta=cfg.delta,
-                                    level=cfg.importance_sampling_level, kl_estimator=cfg.kl_estimator,
-                                    max_completion_length=cfg.max_completion_length, num_micro_batches=len(slices),
-                                    batch_tokens=batch_tokens, entropy=ent, entropy_coef=cfg.entropy_coef,
-                                    log_batch=it == 0)  # entropy and KL: the batch as sampled
+                                    **loss_settings(cfg), num_micro_batches=len(slices), batch_tokens=batch_tokens,
+                                    entropy=ent, log_batch=it == 0)  # entropy and KL: the batch as sampled
             loss.backward()
             step_loss = step_loss + loss.detach()
             total = stats if total is None else total + stats  # clip fractions: averaged over every update, as TRL
@@ -180,19 +174,43 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
         total_loss += loss_value
     if scheduler is not None:
         scheduler.step()
+    return update_metrics(total, batch_tokens, total_loss, skipped, grad_norm, lr, cfg.num_iterations,
+                          with_kl=ref_logp is not None)
+
+
+def old_logprobs(logp: torch.Tensor, s: slice, old_logp: torch.Tensor | None, behaviour_logp: torch.Tensor | None,
+                 behaviour_rows: torch.Tensor | None) -> torch.Tensor:
+    """The log-probs the ratio divides by, for micro-batch ``s``: the sampling policy's (``old_logp``, or
+    ``logp.detach()`` with a single update, as TRL), and for replayed rows the behaviour policy's. (b, Tc)"""
+    old = old_logp[s] if old_logp is not None else logp.detach()  # (b, Tc)
+    if behaviour_logp is not None:  # replayed rows: ratio against the policy that sampled them
+        old = torch.where(behaviour_rows[s].view(-1, 1).to(old.device), behaviour_logp[s].to(old), old)
+    return old
+
+
+def loss_settings(cfg) -> dict:
+    """The config's arguments of :func:`grpo_loss` (the objective, its clip, KL and aggregation)."""
+    return {"loss_type": cfg.loss_type, "beta": cfg.beta, "epsilon": cfg.epsilon, "epsilon_high": cfg.epsilon_high,
+            "delta": cfg.delta, "level": cfg.importance_sampling_level, "kl_estimator": cfg.kl_estimator,
+            "max_completion_length": cfg.max_completion_length, "entropy_coef": cfg.entropy_coef}
+
+
+def update_metrics(total: LossStats | None, batch_tokens: torch.Tensor, total_loss: float, skipped: int,
+                   grad_norm: float, lr: float, num_iterations: int, with_kl: bool) -> dict:
+    """A step's logged metrics from its summed :class:`LossStats` (one host sync) and its updates."""
     ntok = max(batch_tokens.item(), 1.0)
     sums = _host_sums(total)  # one host sync for the step's logged sums
     metrics = {
-        "loss": total_loss / max(cfg.num_iterations - skipped, 1) if skipped < cfg.num_iterations else float("nan"),
+        "loss": total_loss / max(num_iterations - skipped, 1) if skipped < num_iterations else float("nan"),
         "grad_norm": grad_norm,
         "learning_rate": lr,
         "entropy": sums["entropy"] / ntok,
-        "clip_ratio/low_mean": sums["low"] / (ntok * cfg.num_iterations),
-        "clip_ratio/high_mean": sums["high"] / (ntok * cfg.num_iterations),
-        "clip_ratio/region_mean": (sums["low"] + sums["high"]) / (ntok * cfg.num_iterations),
+        "clip_ratio/low_mean": sums["low"] / (ntok * num_iterations),
+        "clip_ratio/high_mean": sums["high"] / (ntok * num_iterations),
+        "clip_ratio/region_mean": (sums["low"] + sums["high"]) / (ntok * num_iterations),
         "skipped": float(skipped),
     }
-    if ref_logp is not None:
+    if with_kl:
         metrics["kl"] = sums["kl"] / ntok
     return metrics
 
