@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
-from benchmarks import bench_step, gpu_check, lora_check, population, sweep  # noqa: E402
+from benchmarks import (
+    bench_qwen2_slice,
+    bench_step,
+    gpu_check,
+    lora_check,
+    population,
+    sweep,
+)
 
 TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
 
@@ -33,6 +40,30 @@ def test_missing_trl_is_skipped_with_a_message(monkeypatch, capsys):
     res = bench_step.main(TINY + ["--variants", "trl,kit", "--mem-steps", "0"])
     assert "trl is not installed" in capsys.readouterr().out
     assert set(res["median_s"]) == {"kit"}
+
+
+def test_bench_qwen2_slice_smoke_writes_json(tmp_path):
+    """A tiny Qwen2 (vocab 512, hidden 64) through the whole script: model and tokenizer written, kit and TRL
+    alternating, a memory probe for each side, the JSON keys. No times are asserted."""
+    out = tmp_path / "slice.json"
+    bench_qwen2_slice.main(["--smoke", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    sides = {"trl", "kit"} if bench_step.have_trl() else {"kit"}
+    assert {"settings", "machine", "median_s", "median_cpu_s", "per_step_mean", "times_s", "memory"} <= set(saved)
+    assert set(saved["median_s"]) == set(saved["memory"]) == sides
+    assert all(saved["memory"][v]["peak_rss_mb"] >= saved["memory"][v]["rss_before_steps_mb"] > 0 for v in sides)
+    assert all(saved["per_step_mean"][v]["completions/mean_length"] > 0 for v in sides)
+    assert saved["settings"]["vocab_size"] == 512 and saved["settings"]["max_completion_length"] == 4
+    if "trl" in sides:
+        assert saved["ratio_trl_over_kit"] == pytest.approx(saved["median_s"]["trl"] / saved["median_s"]["kit"])
+
+
+def test_qwen2_slice_tokenizer_decodes_every_id():
+    tok = bench_qwen2_slice.build_tokenizer(1000)
+    assert len(tok) == 1000 and tok.pad_token_id == 0 and tok.eos_token_id == 2
+    assert tok.decode(tok("37+15=")["input_ids"], skip_special_tokens=True) == "37+15="
+    words = tok.convert_ids_to_tokens(list(range(99, 1000)))
+    assert len(set(words)) == 901 and all(w.isalpha() and len(w) >= 2 for w in words)
 
 
 def test_sweep_writes_json_and_png(tmp_path):
