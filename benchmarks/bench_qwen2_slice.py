@@ -52,7 +52,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
-from benchmarks.bench_step import current_rss_mb, have_trl, kit_stepper, rss_mb
+from benchmarks.bench_step import (
+    current_rss_mb,
+    have_trl,
+    kit_stepper,
+    rss_mb,
+    show_and_write,
+    trl_memory,
+)
 from benchmarks.memory_check import QWEN2_05B
 from grpo_kit.config import GRPOConfig
 from grpo_kit.data.tasks import get_task
@@ -212,17 +219,7 @@ def run_probe(cfg: GRPOConfig, variant: str, steps: int) -> dict:
         for _ in range(steps):
             fn()
         return {"rss_before_steps_mb": rss0, "peak_rss_mb": rss_mb()}
-    from transformers import TrainerCallback
-
-    before = {}
-
-    class Note(TrainerCallback):
-        def on_train_begin(self, *a, **kw):
-            before["rss"] = current_rss_mb()
-
-    with tempfile.TemporaryDirectory() as d:
-        trl_trainer(cfg, d, steps, [Note()]).train()
-    return {"rss_before_steps_mb": before["rss"], "peak_rss_mb": rss_mb()}
+    return trl_memory(trl_trainer, cfg, steps)
 
 
 def memory_probe(variant: str, argv: list[str], model_dir: str) -> dict:
@@ -343,12 +340,7 @@ def main(argv=None) -> dict:
             for v in rec:
                 memory[v] = memory_probe(v, argv, folder)
     res = summarise(args, cfg, rec, memory, params)
-    print(report(res))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return res
+    return show_and_write(res, report(res), args.out)
 
 
 if __name__ == "__main__":

@@ -218,21 +218,27 @@ def memory_probe(args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def trl_memory(make_trainer, cfg: GRPOConfig, steps: int) -> dict:
+    """``steps`` steps of the trainer ``make_trainer(cfg, out_dir, max_steps, callbacks)`` builds: the RSS
+    when its training begins and the process's peak."""
+    from transformers import TrainerCallback
+
+    before = {}
+
+    class Note(TrainerCallback):
+        def on_train_begin(self, *a, **kw):
+            before["rss"] = current_rss_mb()
+
+    with tempfile.TemporaryDirectory() as d:
+        make_trainer(cfg, d, steps, [Note()]).train()
+    return {"rss_before_steps_mb": before["rss"], "peak_rss_mb": rss_mb()}
+
+
 def run_probe(cfg: GRPOConfig, variant: str, steps: int) -> dict:
     """Inside the probe subprocess: set up ``variant``, note RSS, run ``steps`` steps, note peak."""
     torch.set_num_threads(cfg.threads)
     if variant == "trl":
-        from transformers import TrainerCallback
-
-        before = {}
-
-        class Note(TrainerCallback):
-            def on_train_begin(self, *a, **kw):
-                before["rss"] = current_rss_mb()
-
-        with tempfile.TemporaryDirectory() as d:
-            trl_trainer(cfg, d, steps, [Note()]).train()
-        return {"rss_before_steps_mb": before["rss"], "peak_rss_mb": rss_mb()}
+        return trl_memory(trl_trainer, cfg, steps)
     fn = stepper(cfg, variant)
     rss0 = current_rss_mb()
     for _ in range(steps):
@@ -315,6 +321,16 @@ def parse(argv=None):
     return args
 
 
+def show_and_write(res: dict, text: str, out: str | None) -> dict:
+    """Print the report; with ``out``, write the results there as JSON. Returns ``res``."""
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"wrote {out}")
+    return res
+
+
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
@@ -336,12 +352,7 @@ def main(argv=None) -> dict:
             args.only_probe = v
             memory[v] = memory_probe(args)
     res = summarise(cfg, times, cpu, memory, args)
-    print(report(res))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return res
+    return show_and_write(res, report(res), args.out)
 
 
 if __name__ == "__main__":
