@@ -16,7 +16,7 @@ $(STAMP): requirements.txt requirements-verl.txt pyproject.toml
 .PHONY: install demo test test-full notebooks chromium book
 install: $(STAMP)
 
-# the browser test (tests/test_browser.py) drives Debian's chromium; install it when missing (CI runs as root)
+# the browser test (tests/notebooks/test_browser.py) drives Debian's chromium; install it when missing (CI runs as root)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
 

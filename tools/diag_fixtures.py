@@ -8,7 +8,7 @@
 healthy_seedN: ``grpo-kit demo --seed N`` (500 steps, defaults); healthy_nb02_<v>: the notebook-02
 variant v (200 steps, num_iterations=2); failure_<name>: ``failures.run_failure(name, seed=0)``;
 heldout/failure_<name>_s<seed>[_fixed]: ``run_failure(name, seed, fixed)``; heldout/healthy_seed<N>:
-the demo at that seed. tests/test_failures.py regenerates them in its ``full`` tests and checks the
+the demo at that seed. tests/lab/test_failures.py regenerates them in its ``full`` tests and checks the
 same claims.
 """
 import json

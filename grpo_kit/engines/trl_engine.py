@@ -66,8 +66,8 @@ PIP = {"liger_kernel": "liger-kernel", "comet_ml": "comet-ml", "flytekit": "flyt
 def trl_kwargs(cfg: GRPOConfig) -> dict:
     """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
 
-    Each field keeps its meaning (``tests/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
-    configured by this dict and the kit side by side and compares gradients; ``tests/test_config.py``
+    Each field keeps its meaning (``tests/engines/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
+    configured by this dict and the kit side by side and compares gradients; ``tests/config/test_config.py``
     reads every value back from ``trl.GRPOConfig``):
 
     - a kit step samples one batch and makes ``num_iterations`` optimizer updates on it; TRL counts

@@ -44,7 +44,7 @@ side. Which runs set them and which only check them:
   (seed 0 saved as ``tests/data/failure_*.jsonl``).
 - **Only checked on** (written once every rule above was fixed, never used to change one): the
   held-out set in ``tests/data/heldout/``: the demo at seed 11 (500 steps) and every failure-lab run
-  at seed 11, broken and fixed. ``tests/test_failures.py`` asserts on it in the fast suite that each
+  at seed 11, broken and fixed. ``tests/lab/test_failures.py`` asserts on it in the fast suite that each
   failure's first finding is its own kind and that the fixed runs and the healthy run report none.
 """
 from __future__ import annotations

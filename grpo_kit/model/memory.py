@@ -35,7 +35,7 @@ The parts (bytes), following what ``train.setup`` and ``step.train_step`` hold:
 
 The peak is the largest of three moments: sampling (the previous step's gradients are still
 allocated), the policy's forward/backward, and the optimizer step. Checked against measured
-peak RSS on a CPU by ``benchmarks/memory_check.py`` and ``tests/test_memory.py``.
+peak RSS on a CPU by ``benchmarks/memory_check.py`` and ``tests/model/test_memory.py``.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ column but ``prompt`` as a list of B values (``answer=[...]``), ``trainer_state`
 ``transformers.TrainerState`` whose ``global_step`` and ``max_steps`` count optimizer updates),
 ``log_extra(column, values)`` and ``log_metric(name, value)`` (see :class:`RewardLog`). So a
 function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL's shipped ones
-included (``tests/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
+included (``tests/rewards/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
 cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
 ``"package.module:function"``, or a factory with arguments as ``{"function":
 "trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as

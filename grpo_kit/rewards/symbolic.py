@@ -5,8 +5,8 @@ parses the answer and the reference into sympy objects and compares them symboli
 knows that ``2\sqrt{2}`` is ``\sqrt{8}``, that ``\{1, 2\}`` is ``\{2, 1\}``, that ``(0, 1)`` is not
 ``(0, 1]``. The kit's :func:`grpo_kit.rewards.judges.math_answer` reads one *number* with readable
 regular expressions and compares it within a tolerance. Neither is a superset of the other.
-Measured on the kit's answer cases (``tests/test_answers.py``: ``CASES`` and ``LIMITS`` with a
-reference) and a few symbolic ones, in ``tests/test_symbolic.py`` (1 = judged right):
+Measured on the kit's answer cases (``tests/rewards/test_answers.py``: ``CASES`` and ``LIMITS`` with a
+reference) and a few symbolic ones, in ``tests/rewards/test_symbolic.py`` (1 = judged right):
 
 | completion | reference | kit | math-verify | why |
 |---|---|---|---|---|

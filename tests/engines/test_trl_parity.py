@@ -27,7 +27,7 @@ average over each micro-batch's tokens, so they do depend on it: ``trl_kwargs()`
 more than one micro-batch, and here the kit is given TRL's permutation (read from TRL's own
 ``shuffle_sequence_dict``) to show that its arithmetic matches on the same partition.
 
-The paper-formula reference (written in this repository, no TRL) is tests/test_paper_reference.py.
+The paper-formula reference (written in this repository, no TRL) is tests/core/test_paper_reference.py.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NB = ROOT / "notebooks"
 SOURCES = sorted(NB.glob("[0-9][0-9]_*.py"))
 IDS = [p.stem for p in SOURCES]

@@ -6,7 +6,7 @@ import pytest
 
 from grpo_kit.view.nbtools import run_notebook
 
-NB = Path(__file__).resolve().parent.parent / "notebooks"
+NB = Path(__file__).resolve().parents[2] / "notebooks"
 SMOKE = {"SMOKE": True, "THREADS": 1}
 
 

@@ -160,7 +160,7 @@ def test_every_scalar_estimator_runs_in_the_loop():
 
     r = torch.tensor([[1.0, 0.0, 0.5, 1.0], [0.0, 0.0, 1.0, 0.25]])  # (P, G)
     for name in ESTIMATORS:
-        if name in ONLINE:  # their inputs come from beyond_scalar.py (tests/test_beyond_scalar.py)
+        if name in ONLINE:  # their inputs come from beyond_scalar.py (tests/loop/test_beyond_scalar.py)
             continue
         GRPOConfig(advantage_estimator=name, reward_error_policy="raise").validate()
         adv = estimate_advantages(name, r, objectives=torch.stack([r, 1 - r], -1))  # what grpo_step passes

@@ -113,7 +113,7 @@ def test_train_judge_cli_prints_held_out_agreement(tmp_path, capsys):
     from grpo_kit.cli import main
 
     data = tmp_path / "prefs.jsonl"
-    shipped = Path(__file__).parents[1] / "datasets" / "add2_prefs.jsonl"
+    shipped = Path(__file__).parents[2] / "datasets" / "add2_prefs.jsonl"
     data.write_text("".join(shipped.read_text().splitlines(keepends=True)[:12]))
     out = tmp_path / "add2_judge"
     assert main(["train-judge", "--data", str(data), "--out", str(out), "--steps", "2", "--batch-size", "8",

@@ -23,7 +23,7 @@ from grpo_kit.loop.train import (
     train,
 )
 
-OLD = Path(__file__).parent / "data" / "old_checkpoint"  # written by fb12711, before weights_only (its README.md)
+OLD = Path(__file__).parents[1] / "data" / "old_checkpoint"  # written by fb12711, before weights_only (its README.md)
 
 
 def _old_run(tmp_path) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 from grpo_kit.view.nbtools import run_notebook
 
-NB = Path(__file__).resolve().parent.parent / "notebooks" / "09_from_toy_to_real.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "09_from_toy_to_real.ipynb"
 RUNS = {"full fine-tuning", "LoRA"}
 
 

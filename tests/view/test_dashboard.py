@@ -283,7 +283,7 @@ def test_the_overhead_benchmark_runs(capsys):
     import sys
     from pathlib import Path
     pytest.importorskip("anywidget")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not an installed package
     from benchmarks import dashboard_overhead
 
     res = dashboard_overhead.main(["--steps", "2", "--prompts", "2", "-G", "2", "--threads", "1", "--eval-size", "2"])

@@ -127,7 +127,7 @@ def graduation_commands() -> list[list[str]]:
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = text.split("## Graduating to many GPUs", 1)[1].split("\n## ", 1)[0]
     lines = [line for block in section.split("```")[1::2] for line in block.splitlines()
              if line.strip() and not line.startswith("#")]

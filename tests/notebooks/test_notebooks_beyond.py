@@ -5,7 +5,7 @@ import pytest
 
 from grpo_kit.view.nbtools import run_notebook
 
-NB = Path(__file__).resolve().parent.parent / "notebooks" / "08_beyond_scalar_rewards.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "08_beyond_scalar_rewards.ipynb"
 VARIANTS = {"grpo", "pairwise_closeness", "pairwise_learned", "hybrid_w0.3", "hybrid_w0.7", "scratchpad_grpo",
             "process"}
 

@@ -1,5 +1,5 @@
 """Per-token advantages through the training step: (P, G, Tc) or (B, Tc) instead of (P, G).
-The gradient by hand, per token, is in tests/test_losses.py."""
+The gradient by hand, per token, is in tests/core/test_losses.py."""
 import pytest
 import torch
 

@@ -5,7 +5,7 @@ import pytest
 
 from grpo_kit.view.nbtools import run_notebook
 
-NB = Path(__file__).resolve().parent.parent / "notebooks" / "04_curriculum_group_sizes.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "04_curriculum_group_sizes.ipynb"
 
 
 def _common(values):

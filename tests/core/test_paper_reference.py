@@ -2,7 +2,7 @@
 papers (plain Python loops over floats, no TRL code), on random inputs: agreement within 1e-6.
 
 This checks the kit's math against the papers. The check against TRL's own code (its
-``GRPOTrainer`` run on the same rollouts) is tests/test_trl_parity.py.
+``GRPOTrainer`` run on the same rollouts) is tests/engines/test_trl_parity.py.
 
 References: DeepSeekMath eq. 3-4 (group z-score, clipped surrogate, k3 KL), Dr. GRPO (no std,
 constant normaliser), DAPO (clip-higher, token mean), GSPO (sequence ratio), INTELLECT-2

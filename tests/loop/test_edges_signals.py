@@ -16,7 +16,7 @@ from grpo_kit.loop.train import latest_checkpoint, setup, train
 loop = importlib.import_module("grpo_kit.loop.train")
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 
 

@@ -17,7 +17,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.rewards.learned_judge import METADATA
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 RUN = "steps: 1\nnum_prompts: 2\nnum_generations: 4\neval_size: 4\neval_every: 0\nthreads: 1\ndevice: cpu\n"
 
 

@@ -1,5 +1,5 @@
 """Each detector on a scripted history with hand-made numbers: it fires where the failure is, names
-its evidence, and stays quiet on a healthy-looking history. Real runs: tests/test_failures.py."""
+its evidence, and stays quiet on a healthy-looking history. Real runs: tests/lab/test_failures.py."""
 import json
 
 import pytest

@@ -23,7 +23,7 @@ from grpo_kit.model.sampling import chat_items, render_prompt, uses_chat_templat
 from grpo_kit.model.tiny import build_tokenizer
 from grpo_kit.rewards.resolve import get_reward_funcs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE, HELDOUT = DATASETS_DIR / "gsm8k_sample.jsonl", DATASETS_DIR / "gsm8k_test.jsonl"
 UNITS = {1, 2, 3, 7, 60, 100, 1000}  # "and herself", "twice"/"and back", "a third", days a week, minutes, percent, ml
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}

@@ -15,7 +15,7 @@ from grpo_kit.model.memory import (
     suggest_micro_batch,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not an installed package
 from benchmarks import memory_check  # noqa: E402
 
 # a toy shape whose numbers are easy to follow by hand

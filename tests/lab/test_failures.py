@@ -11,7 +11,7 @@ import pytest
 from grpo_kit.eval.diagnostics import KINDS, diagnose, read_history
 from grpo_kit.lab.failures import FAILURES, failure_config, run_failure
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 HEALTHY = sorted(p.stem for p in DATA.glob("healthy_*.jsonl"))
 
 

@@ -1,7 +1,7 @@
 """`make book` (tools/book.py) in a real browser: a one-notebook book, served on 127.0.0.1, read in chromium.
 
 tools.book.build runs notebook 01 in smoke mode (it is missing from the empty executed folder) and
-builds the site; chromium (Debian's, through Playwright, as in tests/test_browser.py) opens the home
+builds the site; chromium (Debian's, through Playwright, as in tests/notebooks/test_browser.py) opens the home
 page, finds the notebook table, follows its link to notebook 01 and checks that every figure loaded,
 that the math is typeset, that the page says it shows a smoke run, and that no page asked for anything
 off 127.0.0.1 (every such request is blocked and reported). Screenshots go to ``runs/browser/``
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("book", ROOT / "tools" / "book.py")  # tools/ is not a package
 book = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(book)
