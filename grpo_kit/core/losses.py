@@ -41,6 +41,7 @@ meaning i is preferred to j with that weight (a soft label in (0, 1]; the antisy
 |---|---|---|
 | ``pairwise_margin_loss`` | relu(s_j - s_i + margin) | margin ranking loss (RRHF, Yuan et al. 2023) |
 | ``bradley_terry_loss`` | -log sigmoid(beta (s_i - s_j)) | Bradley & Terry 1952; reward-model loss (Ouyang et al. 2022) |
+| ``bradley_terry_pairs`` | BCE(sigmoid(r_a - r_b), q): the same on a list of pairs, soft labels q | the learned judge's loss |
 | ``learned_baseline_loss`` | REINFORCE with a learnable per-group baseline b_p | Williams 1992 |
 
 Every loss is 0 (finite) where it has nothing to average: no preferred pairs, no tokens.
@@ -200,6 +201,15 @@ def bradley_terry_loss(scores: torch.Tensor, prefs: torch.Tensor, beta: float = 
     w = _pair_weights(prefs)  # (P, G, G)
     diff = scores.unsqueeze(2) - scores.unsqueeze(1)  # (P, G, G): [p, i, j] = s_i - s_j
     return _pair_mean(-torch.nn.functional.logsigmoid(beta * diff), w)
+
+
+def bradley_terry_pairs(r_a: torch.Tensor, r_b: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Bradley-Terry on a list of pairs with soft labels: mean over pairs of BCE(sigmoid(r_a - r_b), q),
+    q the probability that a is preferred (q = 1: -log sigmoid(r_a - r_b)). (N,), (N,), (N,) -> ()
+
+    The same loss as :func:`bradley_terry_loss` (beta 1) on N groups of two with weights q for
+    'a over b' and 1 - q for 'b over a'; the learned judge trains on pairs in this form."""
+    return torch.nn.functional.binary_cross_entropy_with_logits(r_a - r_b, q)  # ()
 
 
 def learned_baseline_loss(seq_logp: torch.Tensor, rewards: torch.Tensor,

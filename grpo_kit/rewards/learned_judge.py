@@ -34,6 +34,7 @@ from typing import Sequence
 
 import torch
 
+from grpo_kit.core.losses import bradley_terry_pairs
 from grpo_kit.errors import CheckpointError, ConfigError, DataError
 
 METADATA = "grpo_kit_judge.json"
@@ -109,11 +110,6 @@ def judge_scores(model, tokenizer, prompts: Sequence[str], completions: Sequence
     return torch.cat(out) if out else torch.zeros(0)
 
 
-def bradley_terry_loss(r_a: torch.Tensor, r_b: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Mean BCE(sigmoid(r_a - r_b), q) over pairs (N,); q = 1 gives -log sigmoid(r_a - r_b)."""
-    return torch.nn.functional.binary_cross_entropy_with_logits(r_a - r_b, q)  # ()
-
-
 def train_learned_judge(records: Sequence[dict], steps: int = 200, batch_size: int = 64, lr: float = 1e-3,
                         seed: int = 0, base: str | Path = "tiny", include_ties: bool = False,
                         threads: int | None = None, log=None):
@@ -152,7 +148,7 @@ def _train(pairs, steps, batch_size, lr, seed, base, log):
         dev = next(model.parameters()).device
         r = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, 0].float()  # (2N,)
         q = torch.tensor([t for _, _, _, t in batch], device=dev)  # (N,)
-        loss = bradley_terry_loss(r[:batch_size], r[batch_size:], q)  # ()
+        loss = bradley_terry_pairs(r[:batch_size], r[batch_size:], q)  # ()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

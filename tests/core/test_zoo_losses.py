@@ -9,6 +9,7 @@ from grpo_kit.core.losses import (
     LOSS_TYPES,
     aggregate,
     bradley_terry_loss,
+    bradley_terry_pairs,
     clipped_surrogate,
     entropy_bonus,
     grpo_per_token_loss,
@@ -184,3 +185,21 @@ def test_entropy_bonus_in_the_step(small_cfg, coef):
         assert second["entropy"] == pytest.approx(first["entropy"], abs=1e-6)
     else:
         assert second["entropy"] > first["entropy"] + 1e-3
+
+
+def test_bradley_terry_pairs_by_hand():
+    # r_a - r_b = 0 -> -log sigmoid(0) = log 2 = 0.693147 for q = 1
+    assert bradley_terry_pairs(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([1.0])).item() == \
+        pytest.approx(0.693147, abs=1e-6)
+    # at margin 2 with q = 1: log(1 + e^-2) = 0.126928
+    assert bradley_terry_pairs(torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0])).item() == \
+        pytest.approx(0.126928, abs=1e-6)
+
+
+def test_the_two_bradley_terry_forms_are_one_loss():
+    """Pairs (a, b, q) are groups of two with weight q on 'a over b' and 1 - q on 'b over a'."""
+    a, b, q = torch.tensor([2.0, -1.0, 0.3]), torch.tensor([0.0, 0.5, 0.3]), torch.tensor([1.0, 0.25, 0.5])
+    scores = torch.stack([a, b], dim=1)  # (3, 2)
+    prefs = torch.zeros(3, 2, 2)
+    prefs[:, 0, 1], prefs[:, 1, 0] = q, 1 - q
+    assert bradley_terry_loss(scores, prefs).item() == pytest.approx(bradley_terry_pairs(a, b, q).item(), abs=1e-6)

@@ -1,9 +1,7 @@
 """No run is lost: output folders, the lock, checkpoint rotation, resume, export, disk full, history."""
-import dataclasses
 import errno
 import importlib
 import json
-import logging
 import math
 import shutil
 import subprocess

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.eval.diagnostics import KINDS, diagnose, read_history
+from grpo_kit.eval.diagnostics import diagnose, read_history
 from grpo_kit.lab.failures import FAILURES, failure_config, run_failure
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -18,7 +18,6 @@ from grpo_kit.loop.train import setup, train
 from grpo_kit.model.critic import explained_variance, fit_value_head, value_head
 from grpo_kit.model.sampling import Rollouts
 from grpo_kit.model.tiny import build_tokenizer
-from grpo_kit.rewards import judges
 from grpo_kit.rewards.pairwise import correctness_rule
 
 TOK = build_tokenizer()

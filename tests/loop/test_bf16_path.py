@@ -12,7 +12,7 @@ from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
 from grpo_kit.loop import dynamic as dynamic_mod
 from grpo_kit.loop import step as step_mod
-from grpo_kit.loop.step import autocast_for, run_autocast, train_step
+from grpo_kit.loop.step import autocast_for, run_autocast
 from grpo_kit.loop.train import STATE_FILE, grpo_step, latest_checkpoint, setup, train
 from grpo_kit.model.logprobs import (
     completion_logits,

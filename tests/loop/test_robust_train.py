@@ -9,7 +9,6 @@ from safetensors.torch import load_file, save_file
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import CheckpointError, TrainingError
-from grpo_kit.eval.inference import columns_of
 from grpo_kit.loop.step import train_step
 from grpo_kit.loop.train import (
     latest_checkpoint,

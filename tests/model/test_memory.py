@@ -4,7 +4,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from grpo_kit.model.memory import (
     estimate_memory,

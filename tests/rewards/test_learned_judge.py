@@ -15,7 +15,6 @@ from grpo_kit.rewards.judges import score
 from grpo_kit.rewards.learned_judge import (
     METADATA,
     as_reward,
-    bradley_terry_loss,
     judge_scores,
     learned_reward,
     load_learned_judge,
@@ -29,15 +28,6 @@ from grpo_kit.rewards.learned_judge import (
 )
 from grpo_kit.rewards.pairwise import load_preference_groups
 from grpo_kit.rewards.resolve import resolve_reward_func
-
-
-def test_bradley_terry_loss_by_hand():
-    # r_a - r_b = 0 -> -log sigmoid(0) = log 2 = 0.693147 for q = 1
-    assert bradley_terry_loss(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([1.0])).item() == \
-        pytest.approx(0.693147, abs=1e-6)
-    # soft q = 0.5 at margin 0 is the same log 2; at margin 2 with q = 1: log(1 + e^-2) = 0.126928
-    assert bradley_terry_loss(torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0])).item() == \
-        pytest.approx(0.126928, abs=1e-6)
 
 
 def test_preference_pairs_from_groups():
