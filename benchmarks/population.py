@@ -47,11 +47,11 @@ def run_method(method: str, seed: int, args) -> tuple[float, float, int]:
         list(train(cfg, run))
         return run.evals[0][1], run.evals[-1][1], cfg.steps * cfg.batch_size
     base = greedy_accuracy(run.policy, run.tokenizer, run.eval_items)
-    names = pop.add_variants(run, args.variants)
+    variants = pop.add_variants(run, args.variants)
     resets = 0
     while run.step < cfg.steps:
-        resets += "reset" in pop.population_step(run, names, args.tau, args.reset_every, args.sigma)
-    pop.activate(run.policy, pop.leader(run, names))
+        resets += "reset" in pop.population_step(run, variants, args.tau, args.reset_every, args.sigma)
+    pop.activate(run.policy, pop.leader(variants))
     return base, greedy_accuracy(run.policy, run.tokenizer, run.eval_items), cfg.steps * cfg.batch_size
 
 

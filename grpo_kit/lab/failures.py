@@ -272,6 +272,7 @@ def _step_memory(changes: dict) -> dict:
     of the rollouts. Linux only (``/proc/self/clear_refs``)."""
     import torch
 
+    from grpo_kit.core.advantages import group_zscore
     from grpo_kit.loop.step import train_step
     from grpo_kit.loop.train import setup
     from grpo_kit.model.sampling import sample_groups
@@ -283,7 +284,7 @@ def _step_memory(changes: dict) -> dict:
         ro = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], cfg.num_generations,
                            cfg.max_completion_length, cfg.temperature, run.sample_gen)
     rewards = torch.rand(cfg.num_prompts, cfg.num_generations, generator=torch.Generator().manual_seed(0))  # (P, G)
-    adv = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)  # (P, G)
+    adv = group_zscore(rewards)  # (P, G)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM (peak RSS) to the current RSS
     before = _rss_kib("VmRSS")

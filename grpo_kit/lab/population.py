@@ -27,6 +27,8 @@ same number of generated completions.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 EPS = 1e-4
@@ -81,23 +83,32 @@ def perturbed_copy(tensors: dict[str, torch.Tensor], sigma: float, generator: to
 
 # ---------------------------------------------------------------- the loop (peft named adapters)
 
-def add_variants(run, K: int) -> list[str]:
+@dataclass
+class Variants:
+    """The population's state beside the run: the adapters' names, each one's AdamW and schedule,
+    their scores summed since the last reset, and the config of one variant's update (G/K rows)."""
+    names: list[str]
+    optimizers: dict  # name -> (AdamW, LambdaLR)
+    score_sums: torch.Tensor  # (K,)
+    cfg: object  # GRPOConfig
+
+
+def add_variants(run, K: int) -> Variants:
     """Give ``run.policy`` (a LoRA run, ``cfg.lora`` set) K adapters of the same settings, each with its own
-    AdamW and learning-rate schedule; returns their names (the first is the run's own, ``default``)."""
+    AdamW and learning-rate schedule (the first is the run's own, ``default``)."""
     from grpo_kit.loop.train import lr_lambda
 
     policy, cfg = run.policy, run.cfg
     names = ["default"] + [f"variant{k}" for k in range(1, K)]
     for name in names[1:]:
         policy.add_adapter(name, policy.peft_config["default"])  # A random (torch's generator), B zero
-    run.variant_optimizers = {}
+    optimizers = {}
     for name in names:
         params = [p for n, p in policy.named_parameters() if f".{name}." in n]
         opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        run.variant_optimizers[name] = (opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
-    run.score_sums = torch.zeros(K)
-    run.variant_cfg = cfg.replace(num_generations=cfg.num_generations // K, beta=0.0, log_kl=False)  # G/K rows each
-    return names
+        optimizers[name] = (opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg)))
+    return Variants(names, optimizers, torch.zeros(K),
+                    cfg.replace(num_generations=cfg.num_generations // K, beta=0.0, log_kl=False))  # G/K rows each
 
 
 def activate(policy, name: str) -> None:
@@ -107,7 +118,7 @@ def activate(policy, name: str) -> None:
         p.requires_grad_(f".{name}." in n)
 
 
-def population_step(run, names: list[str], tau: float, reset_every: int, sigma: float) -> dict:
+def population_step(run, variants: Variants, tau: float, reset_every: int, sigma: float) -> dict:
     """One step: P prompts; each of the K variants samples G / K completions of every prompt; rewards (P, G);
     advantages (``cfg.scale_rewards``) over the whole group; each variant updated on its samples at K w_k times
     its scheduled learning rate; every ``reset_every`` steps the worst variant becomes a perturbed copy of the best."""
@@ -117,7 +128,8 @@ def population_step(run, names: list[str], tau: float, reset_every: int, sigma: 
     from grpo_kit.model.sampling import render_prompt, sample_groups
     from grpo_kit.rewards.judges import score_with_policy
 
-    cfg, policy, K = run.cfg, run.policy, len(names)
+    cfg, policy, names = run.cfg, run.policy, variants.names
+    K = len(names)
     P, G = cfg.num_prompts, cfg.num_generations
     idx = torch.randint(len(run.train_items), (P,), generator=run.data_gen).tolist()
     items = [run.train_items[i] for i in idx]
@@ -134,25 +146,25 @@ def population_step(run, names: list[str], tau: float, reset_every: int, sigma: 
     adv = compute_advantages(rewards, cfg.scale_rewards)  # (P, G)
     scores = variant_scores(group_advantages(rewards), owners(G, K), K)  # (K,)
     weights = variant_weights(scores, tau)  # (K,)
-    run.score_sums += scores
+    variants.score_sums += scores
     lrs = []
     for k, (name, ro) in enumerate(zip(names, parts)):
         activate(policy, name)
-        opt, sched = run.variant_optimizers[name]
+        opt, sched = variants.optimizers[name]
         for group in opt.param_groups:  # this update only: the scheduler sets the next unweighted rate
             group["lr"] *= K * weights[k].item()
         cols = slice(k * (G // K), (k + 1) * (G // K))
-        lrs.append(train_step(policy, None, opt, ro, adv[:, cols], run.variant_cfg, sched)["learning_rate"])
+        lrs.append(train_step(policy, None, opt, ro, adv[:, cols], variants.cfg, sched)["learning_rate"])
     run.step += 1
     out = {"step": run.step, "reward": rewards.mean().item(), "weights": weights.tolist(), "scores": scores.tolist(),
            "learning_rates": lrs}
     if reset_every and run.step % reset_every == 0 and run.step < cfg.steps:  # the last period picks the leader
-        worst, best = reset_pair(run.score_sums)
+        worst, best = reset_pair(variants.score_sums)
         if worst != best:
             copy_variant(policy, names[best], names[worst], sigma, torch.Generator().manual_seed(cfg.seed + run.step))
-            run.variant_optimizers[names[worst]][0].state.clear()  # fresh AdamW moments for the new variant
+            variants.optimizers[names[worst]][0].state.clear()  # fresh AdamW moments for the new variant
             out["reset"] = [names[worst], names[best]]
-        run.score_sums.zero_()
+        variants.score_sums.zero_()
     return out
 
 
@@ -165,6 +177,6 @@ def copy_variant(policy, src: str, dst: str, sigma: float, generator: torch.Gene
             params[n.replace(f".{src}.", f".{dst}.")].copy_(w)
 
 
-def leader(run, names: list[str]) -> str:
+def leader(variants: Variants) -> str:
     """The variant with the highest score summed since the last reset (chosen without the held-out set)."""
-    return names[int(torch.argmax(run.score_sums))]
+    return variants.names[int(torch.argmax(variants.score_sums))]

@@ -79,7 +79,7 @@ from grpo_kit.rewards.resolve import get_reward_funcs
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)  # every field declared: setting another attribute is an AttributeError
 class Run:
     cfg: GRPOConfig
     policy: torch.nn.Module

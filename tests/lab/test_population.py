@@ -70,20 +70,21 @@ def test_one_population_step_trains_every_variant_and_a_reset_copies_the_best():
     cfg = GRPOConfig(num_prompts=4, num_generations=4, device="cpu", threads=1, eval_size=4, steps=3,
                      lora={"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]}, learning_rate=1e-2)
     run = setup(cfg, reward_funcs=[lambda prompts, completions, **kw: [float(len(c)) for c in completions]])
-    names = add_variants(run, 2)
+    variants = add_variants(run, 2)
+    names = variants.names
     assert names == ["default", "variant1"]
     params = dict(run.policy.named_parameters())
     before = {n: p.detach().clone() for n, p in params.items() if "lora_B" in n}
-    m = population_step(run, names, tau=1.0, reset_every=0, sigma=0.1)
+    m = population_step(run, variants, tau=1.0, reset_every=0, sigma=0.1)
     assert len(m["weights"]) == 2 and sum(m["weights"]) == pytest.approx(1.0)
     # each variant's step ran at K w_k times the scheduled rate (1e-2 at the first step)
     assert m["learning_rates"] == pytest.approx([1e-2 * 2 * w for w in m["weights"]])
-    assert run.variant_optimizers["default"][0].param_groups[0]["lr"] == pytest.approx(1e-2 * lr_lambda(cfg)(1))
+    assert variants.optimizers["default"][0].param_groups[0]["lr"] == pytest.approx(1e-2 * lr_lambda(cfg)(1))
     moved = {name: any(not torch.equal(before[n], params[n]) for n in before if f".{name}." in n) for name in names}
     assert moved == {"default": True, "variant1": True}  # lengths differ within groups: every variant learns
     copy_variant(run.policy, "default", "variant1", 0.0, torch.Generator())
     for n, w in params.items():
         if ".default." in n:
             assert torch.equal(w, params[n.replace(".default.", ".variant1.")])
-    run.score_sums = torch.tensor([0.2, -0.1])
-    assert leader(run, names) == "default"
+    variants.score_sums = torch.tensor([0.2, -0.1])
+    assert leader(variants) == "default"

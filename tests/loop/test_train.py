@@ -113,3 +113,9 @@ def test_train_reads_the_runs_own_config(small_cfg):
     assert len(metrics) == small_cfg.steps == run.step
     run2 = setup(small_cfg)
     assert [m["loss"] for m in train(small_cfg, run2)] == [m["loss"] for m in metrics]  # the same computation
+
+
+def test_every_field_of_a_run_is_declared(small_cfg):
+    run = setup(small_cfg)
+    with pytest.raises(AttributeError):
+        run.variant_optimizers = {}  # state of an experiment lives in its own object (lab/population.Variants)
