@@ -1,9 +1,19 @@
-import pytest
+import dataclasses
+import math
+import sys
+import uuid
 
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
 from grpo_kit.engines.trl_engine import trl_kwargs
 from grpo_kit.errors import ConfigError
 from grpo_kit.loop.checks import check_config
+from grpo_kit.rewards.judges import check_reward_spec
 
 
 def test_yaml_round_trip(tmp_path):
@@ -171,3 +181,167 @@ def test_every_scalar_estimator_runs_in_the_loop():
 def test_trl_only_loss_types_are_refused_with_the_reason(loss_type):
     with pytest.raises(ConfigError, match="TRL 1.16's loss types .* does not implement"):
         GRPOConfig(loss_type=loss_type).validate()
+
+
+# ---------------------------------------------------------------- Every GRPOConfig field is checked (type and range); random input only ever gives ConfigError.
+
+FIELDS = [f.name for f in dataclasses.fields(GRPOConfig)]
+
+
+@pytest.mark.parametrize("name", FIELDS)
+def test_every_field_rejects_a_wrong_type_by_name(name):
+    # a set is a valid value for no field: each must be named with its value and its rule
+    with pytest.raises(ConfigError, match=rf"GRPOConfig\.{name}=\{{'x'\}}: \w"):
+        check_config(GRPOConfig(**{name: {"x"}}))
+
+
+@pytest.mark.parametrize("changes,field,rule", [
+    ({"num_generations": "4"}, "num_generations", "whole number >= 2"),
+    ({"num_generations": True}, "num_generations", "whole number >= 2"),  # bool is not a count
+    ({"num_prompts": 2.0}, "num_prompts", "whole number >= 1"),
+    ({"steps": -1}, "steps", ">= 0"),
+    ({"log_kl": 1}, "log_kl", "true or false"),
+    ({"beta": float("nan")}, "beta", "finite number >= 0"),
+    ({"learning_rate": float("inf")}, "learning_rate", "finite number > 0"),
+    ({"learning_rate": True}, "learning_rate", "finite number > 0"),
+    ({"epsilon": 1.0}, "epsilon", r"in \(0, 1\)"),
+    ({"delta": 1.1}, "delta", r"> 1 \+ epsilon_high = 1.2"),
+    ({"temperature": [1.0, 0.0]}, "temperature", "> 0"),
+    ({"reward_funcs": []}, "reward_funcs", "non-empty list"),
+    ({"reward_weights": [1.0, 2.0]}, "reward_weights", "one finite weight per reward function"),
+    ({"task": "add9"}, "task", "choose one of"),
+    ({"seed": 2**64}, "seed", "2\\*\\*63"),
+    ({"num_prompts": 3, "num_generations": 2, "micro_batch_size": 4}, "micro_batch_size", "B = .* = 6"),
+    ({"reward_error_policy": "ignore"}, "reward_error_policy", "'raise', 'skip', 'zero'"),
+    ({"reward_timeout_s": 0}, "reward_timeout_s", "> 0 \\(or None\\)"),
+    ({"max_consecutive_skips": -1}, "max_consecutive_skips", ">= 0"),
+    ({"on_bad_row": "drop"}, "on_bad_row", "'raise', 'skip'"),
+    ({"reward_error_policy": "skip", "advantage_estimator": "rloo"}, "reward_error_policy",
+     "needs advantage_estimator='grpo'"),
+    ({"entropy_coef": "0.1"}, "entropy_coef", ">= 0"),
+])
+def test_bad_values_name_field_value_and_rule(changes, field, rule):
+    with pytest.raises(ConfigError, match=rf"GRPOConfig\.{field}=.*: .*{rule}"):
+        check_config(GRPOConfig(**changes))
+
+
+def test_not_a_mapping_and_unknown_keys():
+    with pytest.raises(ConfigError, match="mapping"):
+        GRPOConfig.from_dict([1, 2])
+    with pytest.raises(ConfigError, match="unknown config field"):
+        GRPOConfig.from_dict({1: 2, "steps": 3})
+    with pytest.raises(ConfigError, match="unknown config field"):
+        GRPOConfig().replace(step=3)
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                    st.sampled_from(["group", "batch", "none", "dapo", "token", "sequence", "cosine", "cpu",
+                                     "skip", "zero", "raise", "add1", "exact_answer", "format", ""]))
+values = st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=3), scalars, max_size=2))
+config_dicts = st.dictionaries(st.sampled_from(FIELDS), values, max_size=6)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config_dicts)
+def test_random_dicts_only_ever_raise_config_error(d):
+    try:
+        cfg = GRPOConfig.from_dict(d)
+    except ConfigError:
+        return
+    # it validated: it must survive a YAML round trip unchanged
+    again = GRPOConfig.from_yaml_text(cfg.to_yaml())
+    assert again == cfg
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), values, max_size=4))
+def test_random_keys_only_ever_raise_config_error(d):
+    try:
+        GRPOConfig.from_dict(d)
+    except ConfigError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=60))
+def test_random_yaml_text_only_ever_raises_config_error(text):
+    try:
+        GRPOConfig.from_yaml_text(text)
+    except ConfigError:
+        pass
+
+
+def test_validating_random_configs_do_occur():
+    # guard against the property test passing only because everything is rejected
+    ok = GRPOConfig.from_dict({"num_generations": 4, "temperature": [0.5, 1], "beta": 0, "delta": 2,
+                               "reward_timeout_s": 1.5, "reward_error_policy": "skip"})
+    assert GRPOConfig.from_yaml_text(ok.to_yaml()) == ok and math.isclose(ok.delta, 2)
+    assert yaml.safe_load(ok.to_yaml())["reward_error_policy"] == "skip"
+
+
+# ---------------------------------------------------------------- Reading, validating, printing and exporting a config runs none of the code it names; only the commands
+
+@pytest.fixture
+def named(tmp_path, monkeypatch):
+    """Two fresh modules on sys.path: importing the first creates ``imported``; calling the second's factory
+    creates ``called``. Returns (config yaml path, marker paths, module names)."""
+    a, b = f"d3_import_{uuid.uuid4().hex}", f"d3_factory_{uuid.uuid4().hex}"
+    imported, called = tmp_path / "IMPORTED", tmp_path / "CALLED"
+    (tmp_path / f"{a}.py").write_text(f"open({str(imported)!r}, 'w').close()\n"
+                                      f"def reward(prompts, completions, **_):\n    return [0.0] * len(completions)\n")
+    (tmp_path / f"{b}.py").write_text(f"def factory(**_):\n    open({str(called)!r}, 'w').close()\n"
+                                      f"    return lambda prompts, completions, **kw: [1.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"reward_funcs: ['{a}:reward', {{function: '{b}:factory', args: {{}}}}]\n"
+                   f"steps: 1\nnum_prompts: 1\nnum_generations: 2\neval_every: 0\neval_size: 2\nthreads: 1\n"
+                   f"device: cpu\nmax_completion_length: 4\n")
+    yield cfg, (imported, called), (a, b)
+    for m in (a, b):
+        sys.modules.pop(m, None)
+
+
+def test_reading_validating_printing_and_exporting_a_config_run_none_of_its_code(named, tmp_path, capsys):
+    cfg_file, markers, (a, _) = named
+    cfg = GRPOConfig.from_yaml(cfg_file).validate()
+    cfg.to_yaml()
+    cfg.replace(steps=2)
+    verl = tmp_path / "verl.yaml"
+    verl.write_text(f"reward_funcs: ['{a}:reward']\n")  # verl names rewards by string only
+    assert main(["export-verl", "--config", str(verl)]) == 0
+    assert f"{a}:reward" in capsys.readouterr().out
+    assert not any(m.exists() for m in markers)
+
+
+def test_train_imports_and_calls_them_and_export_of_its_run_does_not(named, tmp_path, capsys):
+    cfg_file, markers, modules = named
+    assert main(["train", "--config", str(cfg_file), "--out", str(tmp_path / "run")]) == 0
+    assert all(m.exists() for m in markers)  # train scores with them: imported, the factory called
+    for m in markers:
+        m.unlink()
+    for name in modules:
+        sys.modules.pop(name)  # so that importing again would run the module again
+    assert main(["export", "--run", str(tmp_path / "run"), "--to", str(tmp_path / "exp")]) == 0
+    GRPOConfig.from_yaml(tmp_path / "run" / "config.yaml")  # the run folder's own config, read back
+    assert not any(m.exists() for m in markers)
+
+
+def test_a_module_that_does_not_import_is_refused_when_training_starts(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("reward_funcs: ['no_such_module_d3:f']\nsteps: 1\nnum_prompts: 1\nnum_generations: 2\n"
+                   "eval_every: 0\nthreads: 1\ndevice: cpu\n")
+    GRPOConfig.from_yaml(cfg)  # the form is right: reading it imports nothing
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot import 'no_such_module_d3'" in err
+    assert not (tmp_path / "run" / "config.yaml").exists()  # refused before the run folder got anything
+
+
+@pytest.mark.parametrize("spec", ["os:", ":system", "os system", "os:sys tem", "1os:system", "os:system()",
+                                  {"function": "os;system", "args": {}}, "learned:", "nope"])
+def test_malformed_entries_are_refused_by_their_form(spec):
+    with pytest.raises(ConfigError, match="reward function"):
+        check_reward_spec(spec)
+    with pytest.raises(ConfigError, match="reward function"):
+        check_config(GRPOConfig(reward_funcs=[spec]))
