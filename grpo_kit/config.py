@@ -101,6 +101,40 @@ def field_rule(name: str, annotation) -> tuple[str, Callable, bool] | None:
     return None
 
 
+def names_in(v) -> list[str] | None:
+    """A schedule value as a list of names (a task or reward function, or a list of them); None when it is neither."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and v and all(isinstance(t, str) for t in v):
+        return list(v)
+    return None
+
+
+def schedule_entries(cfg, name: str, value_ok: Callable, value_rule: str) -> None:
+    """A schedule is a non-empty list of [fraction, value] with fractions in [0, 1], strictly rising, first 0.0;
+    a :class:`ConfigError` names the entry."""
+    sched = getattr(cfg, name)
+    if not isinstance(sched, list) or not sched:
+        cfg.refuse(name, "must be a non-empty list of [fraction, value] entries (or None), e.g. [[0.0, ...], [0.5, ...]]")
+    prev = None
+    for i, e in enumerate(sched):
+        where = f"GRPOConfig.{name}[{i}]={_show(e)}"
+        if not isinstance(e, (list, tuple)) or len(e) != 2:
+            raise ConfigError(f"{where}: each entry must be a pair [fraction, value]")
+        frac, value = e
+        if not (_is_num(frac) and 0.0 <= frac <= 1.0):
+            raise ConfigError(f"{where}: the fraction must be a number in [0, 1] (the share of the run "
+                              f"after which the value applies)")
+        if i == 0 and frac != 0.0:
+            raise ConfigError(f"{where}: the first entry must start at fraction 0.0, so the run starts with a value")
+        if prev is not None and frac <= prev:
+            raise ConfigError(f"{where}: fractions must rise strictly (the previous entry starts at {prev}); "
+                              f"put the entries in order")
+        if not value_ok(value):
+            raise ConfigError(f"{where}: {value_rule}")
+        prev = frac
+
+
 @dataclass
 class GRPOConfig:
     # --- what to train
@@ -295,7 +329,7 @@ class GRPOConfig:
     """torch CPU threads (None leaves torch's default)."""
 
     # --- steering a run over time (schedules.py, dynamic.py, replay.py; notebook 04)
-    samples_per_step: int | None = None
+    samples_per_step: int | None = whole(None, 2, optional=True, why=": None means num_prompts*num_generations")
     """B: completions per step, fixed while G changes (P = B / G); None means num_prompts * num_generations."""
     group_size_schedule: list | None = None
     """G by fraction of the run, e.g. [[0.0, 16], [0.3, 8], [0.7, 4]] (each G must divide samples_per_step); None = fixed."""
@@ -304,34 +338,34 @@ class GRPOConfig:
     adaptive_shrink_below (for adaptive_patience steps in a row); starts at num_generations."""
     group_size_bounds: list[int] = field(default_factory=lambda: [4, 16])
     """[G_min, G_max] of the adaptive rule."""
-    adaptive_grow_above: float = 0.5
+    adaptive_grow_above: float = real(0.5, "in [0, 1] (a fraction)", lambda v: 0 <= v <= 1)
     """Fraction of zero-variance groups above which the adaptive rule counts towards doubling G."""
-    adaptive_shrink_below: float = 0.2
+    adaptive_shrink_below: float = real(0.2, "in [0, 1] (a fraction)", lambda v: 0 <= v <= 1)
     """Fraction of zero-variance groups below which it counts towards halving G (the gap is the hysteresis)."""
-    adaptive_patience: int = 3
+    adaptive_patience: int = whole(3, 1, why=" (steps in a row past a threshold before G changes)")
     """Steps in a row past a threshold before G changes; each change resets the count."""
     task_schedule: list | None = None
     """Difficulty curriculum: [[0.0, "add1"], [0.5, "add2"]]; a value may list tasks to mix. None = ``task``."""
     reward_schedule: list | None = None
     """Reward curriculum: [[0.0, ["format"]], [0.2, ["exact_answer"]]]. None = ``reward_funcs``."""
-    curriculum_by: str = "fraction"
+    curriculum_by: Literal["fraction", "accuracy"] = "fraction"
     """'fraction': schedule entries start at their fraction of the run; 'accuracy': they are stages, and
     the run moves on at the first evaluation whose held-out accuracy on the stage's task reaches curriculum_accuracy."""
-    curriculum_accuracy: float = 0.8
+    curriculum_accuracy: float = real(0.8, "in [0, 1] (a fraction)", lambda v: 0 <= v <= 1)
     """Held-out greedy accuracy that ends a curriculum stage (curriculum_by='accuracy')."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: drop groups whose rewards are all equal and draw more rounds of P prompts."""
-    dynamic_max_rounds: int = 3
+    dynamic_max_rounds: int = whole(3, 1, why=" (rounds of P prompts drawn per step at most, the first included)")
     """Rounds drawn per step at most (the first included); then the batch is topped up with dropped groups."""
-    replay_fraction: float = 0.0
+    replay_fraction: float = real(0.0, "in [0, 1) (a share of each batch's groups)", lambda v: 0 <= v < 1)
     """Share of each batch's groups taken from the replay buffer (0 = off); the rest is sampled fresh."""
-    replay_capacity: int = 64
+    replay_capacity: int = whole(64, 1)
     """Groups the replay buffer holds at most (the weakest mean |advantage| are dropped first)."""
-    replay_max_age: int = 4
+    replay_max_age: int = whole(4, 1, why=" (steps a stored group may wait)")
     """Steps a stored group may wait before it is evicted (its behaviour policy grows stale)."""
-    replay_min_abs_advantage: float = 0.0
+    replay_min_abs_advantage: float = real(0.0, ">= 0", lambda v: v >= 0)
     """Only groups with mean |advantage| above this are stored (0 keeps every group with any signal)."""
-    completion_budget: int | None = None
+    completion_budget: int | None = whole(None, 1, optional=True, why=": None runs cfg.steps steps")
     """Stop after this many generated completions (``steps`` is then an upper bound); schedules and the
     LR schedule then run by the share of the budget spent, so strategies compare at equal generation cost."""
 
@@ -436,6 +470,7 @@ class GRPOConfig:
         need(isinstance(self.advantage_estimator, str) and self.advantage_estimator != "", "advantage_estimator",
              "must be the name of an estimator (grpo_kit.core.advantages.ESTIMATORS)")
         self._validate_beyond_scalar(need)
+        self._validate_steering(need)
         eh = self.epsilon_high
         need(eh is None or (_is_num(eh) and eh >= self.epsilon), "epsilon_high",
              f"must be a finite number >= epsilon={self.epsilon} (or None)")
@@ -475,6 +510,56 @@ class GRPOConfig:
         need(self.replay_fraction == 0 or est not in ("process", "hybrid_gae"), "replay_fraction",
              f"replays stored per-completion advantages, and advantage_estimator={est!r} makes them per token; "
              f"set replay_fraction: 0")
+
+    def _validate_steering(self, need) -> None:
+        """The steering fields with richer forms or rules between fields (schedules.py, dynamic.py,
+        replay.py); the names a schedule gives are checked against the registries by ``check_config``."""
+        B = self.samples_per_step if self.samples_per_step is not None else self.batch_size
+        if self.group_size_schedule is not None:
+            schedule_entries(self, "group_size_schedule", lambda g: _is_int(g) and g >= 2,
+                             "the group size must be a whole number >= 2 (a group of one has nothing to compare)")
+            for i, (_, g) in enumerate(self.group_size_schedule):
+                if B % g:
+                    raise ConfigError(f"GRPOConfig.group_size_schedule[{i}]={self.group_size_schedule[i]!r}: G={g} "
+                                      f"does not divide samples_per_step={B}, so P = B/G is not whole; pick a "
+                                      f"divisor of {B} or change samples_per_step")
+        bounds = self.group_size_bounds
+        need(isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(g) and g >= 2 for g in bounds)
+             and bounds[0] <= bounds[1], "group_size_bounds",
+             "must be [G_min, G_max], whole numbers >= 2 with G_min <= G_max")
+        need(self.adaptive_shrink_below < self.adaptive_grow_above, "adaptive_shrink_below",
+             f"must be a fraction below adaptive_grow_above={self.adaptive_grow_above} (the gap between the two "
+             f"is the hysteresis)")
+        if self.adaptive_group_size:
+            need(self.group_size_schedule is None, "adaptive_group_size",
+                 "cannot be combined with group_size_schedule; choose one way to set G")
+            need(bounds[0] <= self.num_generations <= bounds[1], "num_generations",
+                 f"is the starting G of the adaptive rule and must lie within group_size_bounds={bounds}")
+            for g in self.adaptive_sizes():
+                if B % g:
+                    raise ConfigError(f"GRPOConfig.group_size_bounds={bounds!r}: the adaptive rule can reach G={g} "
+                                      f"(num_generations={self.num_generations} doubled/halved), which does not "
+                                      f"divide samples_per_step={B}; use powers of two for both")
+        elif self.group_size_schedule is None and B % self.num_generations:
+            need(False, "samples_per_step", f"must be a multiple of num_generations={self.num_generations}")
+        for name in ("task_schedule", "reward_schedule"):  # the form here; the names in check_config
+            if getattr(self, name) is not None:
+                schedule_entries(self, name, lambda v: names_in(v) is not None,
+                                 "the value must be a name or a non-empty list of names")
+        need(self.task_schedule is None or self.dataset is None, "task_schedule",
+             "cannot be combined with a dataset file; the schedule picks built-in tasks")
+
+    def adaptive_sizes(self) -> list[int]:
+        """Every G the adaptive rule can reach: num_generations doubled/halved within group_size_bounds."""
+        lo, hi = self.group_size_bounds
+        sizes, g = [], self.num_generations
+        while g // 2 >= lo and g % 2 == 0:
+            g //= 2
+        while g <= hi:
+            if g >= lo:
+                sizes.append(g)
+            g *= 2
+        return sizes
 
     # --- serialisation
     def to_dict(self) -> dict:

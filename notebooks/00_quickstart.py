@@ -95,7 +95,7 @@ gen = torch.Generator().manual_seed(SEED)
 items = test[:P]
 groups = sample_groups(model, tokenizer, [it["prompt"] for it in items], num_generations=G,
                        max_new_tokens=cfg.max_completion_length, temperature=1.0, generator=gen)
-rewards, _ = score([exact_answer], groups.prompts, groups.completions, columns_of(items, repeat=G))
+rewards = score([exact_answer], groups.prompts, groups.completions, columns_of(items, repeat=G)).rewards
 rewards = rewards.view(P, G)                                  # (P, G) 1 = right, 0 = wrong
 print(rewards)
 

@@ -92,7 +92,7 @@ from grpo_kit.model import (
     sample_groups,
     suggest_micro_batch,
 )
-from grpo_kit.rewards import get_reward_funcs, score_each
+from grpo_kit.rewards import get_reward_funcs, score
 from grpo_kit.view import Dashboard, plot_history, record
 
 if SMOKE:
@@ -162,12 +162,12 @@ print(f"GSM8K-format problem: {problem['prompt']!r}, reference answer {problem['
 gsm8k_examples = ["Mia has 4*6 = 24 pencils. 24-5 = 19 are left.\n#### 19",   # right, in format
                   "Mia has 4*6 = 24 pencils.\n#### 24",                        # wrong, in format
                   "She has 19 pencils left."]                                  # right, no #### line
-gsm8k_scores = score_each([math_answer, gsm8k_format], [problem["prompt"]] * 3, gsm8k_examples,
-                          {"answer": [problem["answer"]] * 3})                 # (3, 2)
+gsm8k_scores = score([math_answer, gsm8k_format], [problem["prompt"]] * 3, gsm8k_examples,
+                     {"answer": [problem["answer"]] * 3}).per_func             # (3, 2) one column per function
 sum_item = heldout_split("add2")[0]
 sum_examples = [sum_item["completion"], sum_item["completion"][::-1]]          # as the task writes it; reversed
-sum_scores = score_each([math_answer, gsm8k_format], [sum_item["prompt"]] * 2, sum_examples,
-                        columns_of([sum_item], repeat=2))                      # (2, 2)
+sum_scores = score([math_answer, gsm8k_format], [sum_item["prompt"]] * 2, sum_examples,
+                   columns_of([sum_item], repeat=2)).per_func                  # (2, 2)
 print(f"{'completion':<58}{'math_answer':>12}{'gsm8k_format':>14}")
 for c, (a, f) in zip(gsm8k_examples + sum_examples, torch.cat([gsm8k_scores, sum_scores]).tolist()):
     print(f"{c!r:<58}{a:>12.0f}{f:>14.0f}")
@@ -184,8 +184,8 @@ prompts = [it["prompt"] for it in heldout_split("add2")[:P]]
 gen = torch.Generator().manual_seed(SEED)
 groups = sample_groups(model, tokenizer, prompts, num_generations=G, max_new_tokens=8, temperature=1.0,
                        generator=gen)
-per_func = score_each([math_answer, gsm8k_format], groups.prompts, groups.completions,
-                      columns_of(heldout_split("add2")[:P], repeat=G))         # (P*G, 2)
+per_func = score([math_answer, gsm8k_format], groups.prompts, groups.completions,
+                 columns_of(heldout_split("add2")[:P], repeat=G)).per_func     # (P*G, 2)
 adv_both = compute_advantages(per_func.sum(1).view(P, G), cfg.scale_rewards)   # (P, G) both rewards
 adv_math = compute_advantages(per_func[:, 0].view(P, G), cfg.scale_rewards)    # (P, G) math_answer alone
 format_paid = float(per_func[:, 1].sum())

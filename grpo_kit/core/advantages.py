@@ -212,11 +212,12 @@ def _check_objectives(objectives: torch.Tensor) -> None:
         raise DataError("objectives must be finite (NaN allowed only where a judge skipped, not for all K)")
 
 
-def _nanstd(x: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tensor:
-    """Unbiased std ignoring NaN (TRL's ``nanstd``); 0 where fewer than two values."""
+def nanstd(x: torch.Tensor, dim=None, keepdim: bool = False, unbiased: bool = True) -> torch.Tensor:
+    """Std ignoring NaN: unbiased (TRL's ``nanstd``, divides by n - 1) or the population std (by n);
+    0 where fewer than two values (none: 0 too)."""
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     n = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    var = torch.nansum((x - mean) ** 2, dim=dim, keepdim=True) / (n - 1).clamp(min=1)
+    var = torch.nansum((x - mean) ** 2, dim=dim, keepdim=True) / ((n - 1) if unbiased else n).clamp(min=1)
     out = var.sqrt()
     if keepdim:
         return out
@@ -229,7 +230,7 @@ def normalize_then_sum(objectives: torch.Tensor, weights=None, eps: float = EPS)
     _check_objectives(objectives)
     w = _weights(weights, objectives.shape[2], objectives)  # (K,)
     mean_k = torch.nanmean(objectives, dim=1, keepdim=True)  # (P, 1, K)
-    std_k = _nanstd(objectives, dim=1, keepdim=True)  # (P, 1, K)
+    std_k = nanstd(objectives, dim=1, keepdim=True)  # (P, 1, K)
     z = (objectives - mean_k) / (std_k + eps)  # (P, G, K)
     s = (z * w).nansum(dim=2)  # (P, G)
     std = s.std() if s.numel() > 1 else s.new_zeros(())  # () unbiased, whole batch

@@ -267,28 +267,23 @@ def _rss_kib(field: str = "VmHWM") -> int:
 
 
 def _step_memory(changes: dict) -> dict:
-    """In this process: sample one batch, reset the peak-RSS counter, run one ``train_step``, and report
-    the peak RSS it added (MiB) beside the bytes of the batch's logits, of the group statistics, and
-    of the rollouts. Linux only (``/proc/self/clear_refs``)."""
-    import torch
-
-    from grpo_kit.core.advantages import group_zscore
+    """In this process: collect one batch and its advantages (the stages of ``grpo_step``), reset the
+    peak-RSS counter, run the update stage (``train_step``), and report the peak RSS it added (MiB)
+    beside the bytes of the batch's logits, of the group statistics, and of the rollouts. Linux only
+    (``/proc/self/clear_refs``)."""
+    from grpo_kit.loop.dynamic import sample_batch
     from grpo_kit.loop.step import train_step
-    from grpo_kit.loop.train import setup
-    from grpo_kit.model.sampling import sample_groups
+    from grpo_kit.loop.train import advantages_for, setup
 
     cfg = GRPOConfig(**{"threads": 1, "eval_size": 1, **changes})
     run = setup(cfg)
-    items = run.train_items[:cfg.num_prompts]
-    with torch.no_grad():
-        ro = sample_groups(run.policy, run.tokenizer, [it["prompt"] for it in items], cfg.num_generations,
-                           cfg.max_completion_length, cfg.temperature, run.sample_gen)
-    rewards = torch.rand(cfg.num_prompts, cfg.num_generations, generator=torch.Generator().manual_seed(0))  # (P, G)
-    adv = group_zscore(rewards)  # (P, G)
+    batch = sample_batch(run, cfg, run.train_items, run.reward_funcs)  # P groups of G, judged
+    adv, sample_mask, _ = advantages_for(run, cfg, batch)  # (P, G)
+    ro = batch.rollouts
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM (peak RSS) to the current RSS
     before = _rss_kib("VmRSS")
-    train_step(run.policy, run.ref, run.optimizer, ro, adv, cfg)
+    train_step(run.policy, run.ref, run.optimizer, ro, adv, cfg, sample_mask=sample_mask)
     peak = _rss_kib("VmHWM")
     B, Tc = ro.completion_ids.shape
     T = ro.prompt_ids.shape[1] + Tc

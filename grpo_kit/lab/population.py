@@ -123,38 +123,30 @@ def population_step(run, variants: Variants, tau: float, reset_every: int, sigma
     advantages (``cfg.scale_rewards``) over the whole group; each variant updated on its samples at K w_k times
     its scheduled learning rate; every ``reset_every`` steps the worst variant becomes a perturbed copy of the best."""
     from grpo_kit.core.advantages import compute_advantages
-    from grpo_kit.eval.inference import columns_of
+    from grpo_kit.loop.dynamic import collect_groups, draw_items
     from grpo_kit.loop.step import train_step
-    from grpo_kit.model.sampling import render_prompt, sample_groups
-    from grpo_kit.rewards.judges import score_with_policy
 
     cfg, policy, names = run.cfg, run.policy, variants.names
     K = len(names)
     P, G = cfg.num_prompts, cfg.num_generations
-    idx = torch.randint(len(run.train_items), (P,), generator=run.data_gen).tolist()
-    items = [run.train_items[i] for i in idx]
-    prompts = [render_prompt(run.tokenizer, it["prompt"]) for it in items]
-    parts, rewards = [], []
+    items = draw_items(run, run.train_items, P)  # the stages of grpo_step: the same P prompts for every variant
+    parts = []
     for name in names:
         activate(policy, name)
-        ro = sample_groups(policy, run.tokenizer, prompts, G // K, cfg.max_completion_length, cfg.temperature,
-                           run.sample_gen)
-        r, _, _, _ = score_with_policy(run.reward_funcs, ro.prompts, ro.completions, columns_of(items, repeat=G // K))
-        parts.append(ro)
-        rewards.append(r.view(P, G // K))  # (P, G/K)
-    rewards = torch.cat(rewards, dim=1)  # (P, G) columns grouped by variant, as owners() lays them out
+        parts.append(collect_groups(run, variants.cfg, items, run.reward_funcs))  # G/K completions per prompt
+    rewards = torch.cat([b.rewards for b in parts], dim=1)  # (P, G) columns grouped by variant, as owners() lays out
     adv = compute_advantages(rewards, cfg.scale_rewards)  # (P, G)
     scores = variant_scores(group_advantages(rewards), owners(G, K), K)  # (K,)
     weights = variant_weights(scores, tau)  # (K,)
     variants.score_sums += scores
     lrs = []
-    for k, (name, ro) in enumerate(zip(names, parts)):
+    for k, (name, part) in enumerate(zip(names, parts)):
         activate(policy, name)
         opt, sched = variants.optimizers[name]
         for group in opt.param_groups:  # this update only: the scheduler sets the next unweighted rate
             group["lr"] *= K * weights[k].item()
         cols = slice(k * (G // K), (k + 1) * (G // K))
-        lrs.append(train_step(policy, None, opt, ro, adv[:, cols], variants.cfg, sched)["learning_rate"])
+        lrs.append(train_step(policy, None, opt, part.rollouts, adv[:, cols], variants.cfg, sched)["learning_rate"])
     run.step += 1
     out = {"step": run.step, "reward": rewards.mean().item(), "weights": weights.tolist(), "scores": scores.tolist(),
            "learning_rates": lrs}

@@ -52,6 +52,7 @@ import torch
 
 from grpo_kit.core.advantages import (
     hybrid_gae_terms,
+    nanstd,
     pairwise_winrate,
     process_advantages,
 )
@@ -228,12 +229,6 @@ def make_critic(cfg, policy) -> tuple[torch.nn.Linear, torch.optim.Optimizer]:
     return head, torch.optim.AdamW(head.parameters(), lr=cfg.value_lr)
 
 
-def masked_std(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Population std of ``x`` over the True positions of ``mask`` (0 with fewer than two)."""
-    v = x[mask.bool()].double()  # (N,)
-    return float(v.std(unbiased=False)) if v.numel() > 1 else 0.0
-
-
 def hybrid_step(run, cfg, rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """``hybrid_gae``: values before the update, advantages (P, G, Tc), one value-head step on the returns."""
     P, G = rewards.shape
@@ -248,8 +243,8 @@ def hybrid_step(run, cfg, rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor
                                    cfg.gae_gamma, cfg.gae_lambda, cfg.scale_rewards)  # (P, G, Tc) each
     adv = cfg.hybrid_weight * grp + (1 - cfg.hybrid_weight) * g  # (P, G, Tc)
     loss = critic.fit_value_head(run.critic, run.critic_optimizer, hidden, ret.view(B, Tc), mask)
-    m3 = mask.view(P, G, Tc)
-    s_grp, s_gae = masked_std(grp, m3), masked_std(g, m3)
+    pad = ~mask.view(P, G, Tc).bool()  # (P, G, Tc) positions after a completion's end
+    s_grp, s_gae = (nanstd(x.double().masked_fill(pad, float("nan")), unbiased=False).item() for x in (grp, g))
     w = cfg.hybrid_weight
     share = w * s_grp / (w * s_grp + (1 - w) * s_gae) if w * s_grp + (1 - w) * s_gae > 0 else float("nan")
     return adv, {"value/loss": loss, "value/explained_variance": critic.explained_variance(v, ret.view(B, Tc), mask),

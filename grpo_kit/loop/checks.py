@@ -13,7 +13,7 @@ from grpo_kit.config import GRPOConfig
 from grpo_kit.core.advantages import ESTIMATORS
 from grpo_kit.data.tasks import TASKS, task_names
 from grpo_kit.loop.beyond_scalar import check_pairwise_judge, check_step_judge
-from grpo_kit.loop.schedules import samples_per_step, validate_steering
+from grpo_kit.loop.schedules import check_schedule_names, samples_per_step
 from grpo_kit.model.lora import check_lora
 from grpo_kit.rewards.judges import check_reward_spec
 
@@ -45,7 +45,7 @@ def check_config(cfg: GRPOConfig) -> GRPOConfig:
              f"use task: add2s, or a step judge for your completions ('package.module:function')")
     for j in cfg.pairwise_judges if est == "pairwise" else ():
         check_pairwise_judge(j)  # names the entry (nothing imported or loaded)
-    validate_steering(cfg)  # schedules, adaptive G, curricula, dynamic sampling, replay
+    check_schedule_names(cfg)  # the tasks and reward functions of the curricula
     B = samples_per_step(cfg)
     need(cfg.micro_batch_size is None or B % cfg.micro_batch_size == 0, "micro_batch_size",
          f"must divide the batch B = {'samples_per_step' if cfg.samples_per_step else 'num_prompts*num_generations'}"

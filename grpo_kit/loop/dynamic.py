@@ -18,6 +18,7 @@ Also here: the rollout surgery that dynamic sampling and the replay buffer need
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -26,11 +27,7 @@ from grpo_kit.core.advantages import zero_std_groups
 from grpo_kit.data.tasks import columns_of
 from grpo_kit.loop.step import run_autocast
 from grpo_kit.model.sampling import Rollouts, render_prompt, sample_groups
-from grpo_kit.rewards.judges import (
-    is_conversational,
-    score_with_policy,
-    trl_reward_kwargs,
-)
+from grpo_kit.rewards.judges import is_conversational, score, trl_reward_kwargs
 
 # ---------------------------------------------------------------- the stopping rule and the choice (pure)
 
@@ -99,54 +96,62 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
 # ---------------------------------------------------------------- one step's batch
 
-def sample_batch(run, cfg, pool: list[dict], reward_funcs, P: int | None = None, reward_log=None,
-                 trainer_state=None) -> Batch:
-    """P groups of G = ``cfg.num_generations`` from ``pool``: one round, or dynamic sampling's rounds.
+def draw_items(run, pool: list[dict], P: int) -> list[dict]:
+    """P dataset rows drawn from ``pool`` with the run's prompt generator (with replacement)."""
+    idx = torch.randint(len(pool), (P,), generator=run.data_gen).tolist()
+    return [pool[i] for i in idx]
+
+
+def collect_groups(run, cfg, items: list[dict], reward_funcs, reward_log=None, trainer_state=None) -> Batch:
+    """One round: G = ``cfg.num_generations`` completions of each of the P ``items``, judged -> :class:`Batch`.
 
     Sampling runs under the run's autocast (the dtypes that score it, see step.py); reward
     functions get TRL's keyword arguments (``completion_ids``, ``trainer_state``, ``log_extra``,
     ``log_metric`` into ``reward_log``) and, for conversational prompts, TRL's message format.
-
-    Returns a :class:`Batch`.
     """
+    P, G = len(items), cfg.num_generations
+    with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
+        ro = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
+                           G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
+    prompts, completions = ro.prompts, ro.completions
+    if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
+        prompts = [it["prompt"] for it in items for _ in range(G)]
+        completions = [[{"role": "assistant", "content": c}] for c in completions]
+    trl_kwargs = (trl_reward_kwargs(ro.completion_ids, ro.completion_mask, trainer_state, reward_log)
+                  if reward_log is not None else None)
+    s = score(reward_funcs, prompts, completions, columns_of(items, repeat=G), cfg.reward_weights,
+              cfg.reward_error_policy, cfg.reward_timeout_s, trl_kwargs=trl_kwargs)  # (B,), (B, K), (B,) bool
+    rewards = s.rewards.view(P, G)  # (P, G)
+    return Batch(items, ro, rewards, s.per_func, s.bad.view(P, G), s.reasons, rewards,
+                 {"completions_generated": P * G})
+
+
+def sample_batch(run, cfg, pool: list[dict], reward_funcs, P: int | None = None, reward_log=None,
+                 trainer_state=None) -> Batch:
+    """P groups of G = ``cfg.num_generations`` from ``pool``: one round of :func:`collect_groups`, or
+    dynamic sampling's rounds (:func:`enough`, :func:`choose_groups`). Returns a :class:`Batch`."""
     P = cfg.num_prompts if P is None else P
     G = cfg.num_generations
     rounds, flags = [], []
     max_rounds = cfg.dynamic_max_rounds if cfg.dynamic_sampling else 1
     while True:
-        idx = torch.randint(len(pool), (P,), generator=run.data_gen).tolist()
-        items = [pool[i] for i in idx]
-        with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
-            ro = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
-                               G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
-        prompts, completions = ro.prompts, ro.completions
-        if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
-            prompts = [it["prompt"] for it in items for _ in range(G)]
-            completions = [[{"role": "assistant", "content": c}] for c in completions]
-        trl_kwargs = (trl_reward_kwargs(ro.completion_ids, ro.completion_mask, trainer_state, reward_log)
-                      if reward_log is not None else None)
-        rewards, per_func, bad, reasons = score_with_policy(
-            reward_funcs, prompts, completions, columns_of(items, repeat=G), cfg.reward_weights,
-            cfg.reward_error_policy, cfg.reward_timeout_s, trl_kwargs=trl_kwargs)  # (B,), (B, K), (B,) bool
-        rewards, bad = rewards.view(P, G), bad.view(P, G)  # (P, G)
-        rounds.append((items, ro, rewards, per_func.view(P, G, -1), bad, reasons))
-        flags.append((~zero_std_groups(torch.nan_to_num(rewards))).tolist())
+        rounds.append(collect_groups(run, cfg, draw_items(run, pool, P), reward_funcs, reward_log, trainer_state))
+        flags.append((~zero_std_groups(torch.nan_to_num(rounds[-1].rewards))).tolist())
         if not cfg.dynamic_sampling or enough(flags, P, max_rounds):
             break
-    chosen = choose_groups(flags, P) if cfg.dynamic_sampling else [(0, g) for g in range(P)]
-    all_rewards = torch.cat([r[2] for r in rounds])  # (rounds*P, G)
-    info = {"completions_generated": len(rounds) * P * G}
-    if cfg.dynamic_sampling:
-        info.update({"dynamic/rounds": float(len(rounds)), "dynamic/groups_drawn": float(len(rounds) * P),
-                     "dynamic/groups_kept": float(sum(flags[r][g] for r, g in chosen))})
+    if not cfg.dynamic_sampling:
+        return rounds[0]
+    chosen = choose_groups(flags, P)
+    info = {"completions_generated": len(rounds) * P * G, "dynamic/rounds": float(len(rounds)),
+            "dynamic/groups_drawn": float(len(rounds) * P),
+            "dynamic/groups_kept": float(sum(flags[r][g] for r, g in chosen))}
+    drawn = torch.cat([b.rewards for b in rounds])  # (rounds*P, G) every group sampled
     if len(rounds) == 1 and chosen == [(0, g) for g in range(P)]:
-        items, ro, rewards, per_func, bad, reasons = rounds[0]
-        return Batch(items, ro, rewards, per_func.reshape(P * G, -1), bad, reasons, all_rewards, info)
-    pad = run.tokenizer.pad_token_id
-    parts = [take_groups(rounds[r][1], [g]) for r, g in chosen]
-    items = [rounds[r][0][g] for r, g in chosen]
-    rewards = torch.stack([rounds[r][2][g] for r, g in chosen])  # (P, G)
-    per_func = torch.stack([rounds[r][3][g] for r, g in chosen]).reshape(P * G, -1)  # (B, K)
-    bad = torch.stack([rounds[r][4][g] for r, g in chosen])  # (P, G)
-    reasons = [s for r in rounds for s in r[5]]
-    return Batch(items, cat_rollouts(parts, pad), rewards, per_func, bad, reasons, all_rewards, info)
+        return dataclasses.replace(rounds[0], drawn=drawn, info=info)
+    parts = [take_groups(rounds[r].rollouts, [g]) for r, g in chosen]
+    per_func = [rounds[r].per_func.view(P, G, -1)[g] for r, g in chosen]  # P of (G, K)
+    return Batch([rounds[r].items[g] for r, g in chosen], cat_rollouts(parts, run.tokenizer.pad_token_id),
+                 torch.stack([rounds[r].rewards[g] for r, g in chosen]),  # (P, G)
+                 torch.stack(per_func).reshape(P * G, -1),  # (B, K)
+                 torch.stack([rounds[r].bad[g] for r, g in chosen]),  # (P, G)
+                 [s for b in rounds for s in b.reasons], drawn, info)

@@ -136,10 +136,16 @@ def take_for_step(buf: ReplayBuffer | None, cfg, step: int) -> list[dict]:
 def mix(run, buf: ReplayBuffer, cfg, fresh: Rollouts, adv: torch.Tensor, sample_mask, replayed: list[dict]):
     """Store the fresh groups in the buffer and append the replayed ones to the batch.
 
-    Returns (rollouts, advantages (B,), sample_mask (B,) or None, train_step keyword arguments
-    ``behaviour_logp``/``behaviour_rows`` (empty when nothing is replayed), metrics).
+    Returns a ``step.Update``: the rows, advantages (B,), sample_mask (B,) or None, and for the
+    replayed rows ``behaviour_logp`` / ``behaviour_rows``; its metrics are ``replay/*``.
     """
-    from grpo_kit.loop.step import batch_logprobs, micro_slices, run_autocast, scoring
+    from grpo_kit.loop.step import (
+        Update,
+        batch_logprobs,
+        micro_slices,
+        run_autocast,
+        scoring,
+    )
     from grpo_kit.model.sampling import row_temperatures
 
     device = fresh.completion_ids.device
@@ -162,7 +168,8 @@ def mix(run, buf: ReplayBuffer, cfg, fresh: Rollouts, adv: torch.Tensor, sample_
     metrics = {"replay/groups": float(len(replayed)), "replay/buffer_size": float(len(buf)),
                "replay/mean_age": sum(ages) / len(ages) if ages else 0.0}
     if not replayed:
-        return fresh, adv.reshape(-1), None if sample_mask is None else sample_mask.reshape(-1), {}, metrics
+        return Update(fresh, adv.reshape(-1), None if sample_mask is None else sample_mask.reshape(-1),
+                      metrics=metrics)
     behaviour = torch.zeros_like(logp_now)  # (B, Tc)
     behaviour[nf:, :old_logp.shape[1]] = old_logp
     rows = torch.zeros(B, dtype=torch.bool, device=device)
@@ -173,4 +180,4 @@ def mix(run, buf: ReplayBuffer, cfg, fresh: Rollouts, adv: torch.Tensor, sample_
     mask = None
     if sample_mask is not None:
         mask = torch.cat([sample_mask.reshape(-1).to(device), torch.ones(B - nf, dtype=torch.bool, device=device)])
-    return batch, adv_all, mask, {"behaviour_logp": behaviour, "behaviour_rows": rows}, metrics
+    return Update(batch, adv_all, mask, behaviour, rows, metrics)

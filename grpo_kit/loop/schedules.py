@@ -37,124 +37,25 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from grpo_kit.config import names_in
+from grpo_kit.data.tasks import TASKS
 from grpo_kit.errors import ConfigError
+from grpo_kit.rewards.judges import REWARD_FUNCS
 
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------- validation (called by GRPOConfig.validate)
+# ---------------------------------------------------------------- the names a curriculum gives (check_config)
 
-def _is_frac(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
-
-
-def _check_entries(name: str, sched, value_ok, value_rule: str) -> None:
-    """A schedule is a non-empty list of [fraction, value] with fractions in [0, 1], strictly rising, first 0.0."""
-    if not isinstance(sched, list) or not sched:
-        raise ConfigError(f"GRPOConfig.{name}={sched!r}: must be a non-empty list of [fraction, value] entries "
-                          f"(or None), e.g. [[0.0, ...], [0.5, ...]]")
-    prev = None
-    for i, e in enumerate(sched):
-        where = f"GRPOConfig.{name}[{i}]={e!r}"
-        if not isinstance(e, (list, tuple)) or len(e) != 2:
-            raise ConfigError(f"{where}: each entry must be a pair [fraction, value]")
-        frac, value = e
-        if not _is_frac(frac):
-            raise ConfigError(f"{where}: the fraction must be a number in [0, 1] (the share of the run "
-                              f"after which the value applies)")
-        if i == 0 and frac != 0.0:
-            raise ConfigError(f"{where}: the first entry must start at fraction 0.0, so the run starts with a value")
-        if prev is not None and frac <= prev:
-            raise ConfigError(f"{where}: fractions must rise strictly (the previous entry starts at {prev}); "
-                              f"put the entries in order")
-        if not value_ok(value):
-            raise ConfigError(f"{where}: {value_rule}")
-        prev = frac
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def validate_steering(cfg) -> None:
-    """Check the steering fields of ``cfg``; raise :class:`ConfigError` naming the field or entry."""
-    from grpo_kit.data.tasks import TASKS
-    from grpo_kit.rewards.judges import REWARD_FUNCS
-
-    def need(ok, name, rule):
-        if not ok:
-            raise ConfigError(f"GRPOConfig.{name}={getattr(cfg, name)!r}: {rule}")
-
-    need(cfg.samples_per_step is None or (_is_int(cfg.samples_per_step) and cfg.samples_per_step >= 2),
-         "samples_per_step", "must be a whole number >= 2 (or None for num_prompts*num_generations)")
-    B = samples_per_step(cfg)
-    if cfg.group_size_schedule is not None:
-        _check_entries("group_size_schedule", cfg.group_size_schedule, lambda g: _is_int(g) and g >= 2,
-                       "the group size must be a whole number >= 2 (a group of one has nothing to compare)")
-        for i, (_, g) in enumerate(cfg.group_size_schedule):
-            if B % g:
-                raise ConfigError(f"GRPOConfig.group_size_schedule[{i}]={cfg.group_size_schedule[i]!r}: G={g} does "
-                                  f"not divide samples_per_step={B}, so P = B/G is not whole; pick a divisor of {B} "
-                                  f"or change samples_per_step")
-    need(isinstance(cfg.adaptive_group_size, bool), "adaptive_group_size", "must be true or false")
-    need(isinstance(cfg.group_size_bounds, list) and len(cfg.group_size_bounds) == 2
-         and all(_is_int(g) and g >= 2 for g in cfg.group_size_bounds)
-         and cfg.group_size_bounds[0] <= cfg.group_size_bounds[1], "group_size_bounds",
-         "must be [G_min, G_max], whole numbers >= 2 with G_min <= G_max")
-    need(_is_frac(cfg.adaptive_grow_above), "adaptive_grow_above", "must be a fraction in [0, 1]")
-    need(_is_frac(cfg.adaptive_shrink_below) and cfg.adaptive_shrink_below < cfg.adaptive_grow_above,
-         "adaptive_shrink_below", f"must be a fraction below adaptive_grow_above={cfg.adaptive_grow_above} "
-                                  f"(the gap between the two is the hysteresis)")
-    need(_is_int(cfg.adaptive_patience) and cfg.adaptive_patience >= 1, "adaptive_patience",
-         "must be a whole number >= 1 (steps in a row past a threshold before G changes)")
-    if cfg.adaptive_group_size:
-        need(cfg.group_size_schedule is None, "adaptive_group_size",
-             "cannot be combined with group_size_schedule; choose one way to set G")
-        lo, hi = cfg.group_size_bounds
-        need(lo <= cfg.num_generations <= hi, "num_generations",
-             f"is the starting G of the adaptive rule and must lie within group_size_bounds={cfg.group_size_bounds}")
-        for g in adaptive_sizes(cfg):
-            if B % g:
-                raise ConfigError(f"GRPOConfig.group_size_bounds={cfg.group_size_bounds!r}: the adaptive rule can reach "
-                                  f"G={g} (num_generations={cfg.num_generations} doubled/halved), which does not divide "
-                                  f"samples_per_step={B}; use powers of two for both")
-    elif cfg.group_size_schedule is None and B % cfg.num_generations:
-        need(False, "samples_per_step", f"must be a multiple of num_generations={cfg.num_generations}")
-    for name, ok, rule in (
-            ("task_schedule", lambda v: _task_list(v) is not None and all(t in TASKS for t in _task_list(v)),
-             f"the value must name a task or a list of tasks from {sorted(TASKS)}"),
-            ("reward_schedule", lambda v: _name_list(v) is not None and all(
-                n in REWARD_FUNCS for n in _name_list(v)),
-             f"the value must name a reward function or a list of them from {sorted(REWARD_FUNCS)}")):
-        if getattr(cfg, name) is not None:
-            _check_entries(name, getattr(cfg, name), ok, rule)
-    need(cfg.task_schedule is None or cfg.dataset is None, "task_schedule",
-         "cannot be combined with a dataset file; the schedule picks built-in tasks")
-    need(cfg.curriculum_by in ("fraction", "accuracy"), "curriculum_by", "choose 'fraction' or 'accuracy'")
-    need(_is_frac(cfg.curriculum_accuracy), "curriculum_accuracy", "must be a fraction in [0, 1]")
-    need(isinstance(cfg.dynamic_sampling, bool), "dynamic_sampling", "must be true or false")
-    need(_is_int(cfg.dynamic_max_rounds) and cfg.dynamic_max_rounds >= 1, "dynamic_max_rounds",
-         "must be a whole number >= 1 (rounds of P prompts drawn per step at most, the first included)")
-    need(_is_frac(cfg.replay_fraction) and cfg.replay_fraction < 1, "replay_fraction",
-         "must be a fraction in [0, 1) of each batch's groups taken from the replay buffer")
-    need(_is_int(cfg.replay_capacity) and cfg.replay_capacity >= 1, "replay_capacity", "must be a whole number >= 1")
-    need(_is_int(cfg.replay_max_age) and cfg.replay_max_age >= 1, "replay_max_age",
-         "must be a whole number >= 1 (steps a stored group may wait)")
-    need(isinstance(cfg.replay_min_abs_advantage, (int, float)) and not isinstance(cfg.replay_min_abs_advantage, bool)
-         and cfg.replay_min_abs_advantage >= 0, "replay_min_abs_advantage", "must be a number >= 0")
-    need(cfg.completion_budget is None or (_is_int(cfg.completion_budget) and cfg.completion_budget >= 1),
-         "completion_budget", "must be a whole number >= 1 (or None to run cfg.steps steps)")
-
-
-def _task_list(v) -> list[str] | None:
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, list) and v and all(isinstance(t, str) for t in v):
-        return list(v)
-    return None
-
-
-_name_list = _task_list
+def check_schedule_names(cfg) -> None:
+    """Every name in ``task_schedule`` and ``reward_schedule`` is a task / shipped reward function; a
+    :class:`ConfigError` names the entry. (The schedules' form and the rules between the steering fields
+    are ``GRPOConfig.validate``'s.)"""
+    for name, registry, what in (("task_schedule", TASKS, "a task or a list of tasks"),
+                                 ("reward_schedule", REWARD_FUNCS, "a reward function or a list of them")):
+        for i, entry in enumerate(getattr(cfg, name) or []):
+            if not all(n in registry for n in names_in(entry[1])):
+                raise ConfigError(f"GRPOConfig.{name}[{i}]={entry!r}: the value must name {what} from {sorted(registry)}")
 
 
 # ---------------------------------------------------------------- schedule lookups (pure)
@@ -171,19 +72,6 @@ def value_at(schedule: list, frac: float):
         if start <= frac:
             value = v
     return value
-
-
-def adaptive_sizes(cfg) -> list[int]:
-    """Every G the adaptive rule can reach: num_generations doubled/halved within the bounds."""
-    lo, hi = cfg.group_size_bounds
-    sizes, g = [], cfg.num_generations
-    while g // 2 >= lo and g % 2 == 0:
-        g //= 2
-    while g <= hi:
-        if g >= lo:
-            sizes.append(g)
-        g *= 2
-    return sizes
 
 
 # ---------------------------------------------------------------- adaptive group size (pure)
@@ -286,12 +174,12 @@ def _entry(cfg, schedule, frac: float, st: SteerState):
 
 def tasks_at(cfg, frac: float, st: SteerState) -> list[str] | None:
     """Task names this step draws prompts from (None: the run's own train items)."""
-    return _task_list(_entry(cfg, cfg.task_schedule, frac, st)) if cfg.task_schedule is not None else None
+    return names_in(_entry(cfg, cfg.task_schedule, frac, st)) if cfg.task_schedule is not None else None
 
 
 def rewards_at(cfg, frac: float, st: SteerState) -> list[str] | None:
     """Reward function names this step (None: the run's own reward functions)."""
-    return _name_list(_entry(cfg, cfg.reward_schedule, frac, st)) if cfg.reward_schedule is not None else None
+    return names_in(_entry(cfg, cfg.reward_schedule, frac, st)) if cfg.reward_schedule is not None else None
 
 
 def preview(cfg, points: int = 11) -> list[dict]:

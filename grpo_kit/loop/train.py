@@ -68,12 +68,12 @@ from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.schedules import (
     lr_lambda,  # the learning-rate schedule (population.py and tests import it from here)
 )
-from grpo_kit.loop.step import train_step
+from grpo_kit.loop.step import Update, train_step
 from grpo_kit.model import lora, memory
 from grpo_kit.model.sampling import chat_items
 from grpo_kit.model.tiny import load_model, resolve_model
 from grpo_kit.rewards import judges
-from grpo_kit.rewards.judges import RewardLog, score_with_policy
+from grpo_kit.rewards.judges import RewardLog, score
 from grpo_kit.rewards.resolve import get_reward_funcs
 
 log = logging.getLogger(__name__)
@@ -208,39 +208,55 @@ def grpo_step(run: Run) -> dict:
 
     P prompts -> P*G completions -> rewards (P, G) -> advantages -> one update of the policy.
     [steer] This step's G, P, prompt pool and reward functions come from ``schedules.plan_step``;
-    ``dynamic.sample_batch`` draws the groups (more rounds with dynamic sampling) and
-    ``replay.mix`` adds replayed groups (see schedules.py, dynamic.py, replay.py).
+    :func:`collect` draws the groups (more rounds with dynamic sampling, dynamic.py) and
+    :func:`add_replayed` adds replayed groups (replay.py).
     """
     t0 = time.perf_counter()
     plan = schedules.plan_step(run)  # [steer] G, P, task pool, reward functions of this step
-    cfg = plan.cfg
-    buf = schedules.state(run).replay  # [steer] the replay buffer (None when off)
-    replayed = replay.take_for_step(buf, cfg, run.step + 1)  # [steer] replayed groups ([] when off)
-    reward_log = RewardLog()  # what reward functions log through TRL's log_metric / log_extra
-    batch = dynamic.sample_batch(run, cfg, plan.items, plan.reward_funcs, cfg.num_prompts - len(replayed),
-                                 reward_log, trainer_state(run))  # Batch: rewards, bad (P, G); per_func (P*G, K)
-    adv, sample_mask, estimator_metrics = advantages_for(run, cfg, batch)  # (P, G[, Tc]); (P, G) bool or None
-    rollouts, train_adv, behaviour, extra = batch.rollouts, adv, {}, {}
-    if run.cfg.replay_fraction > 0:  # [steer] store fresh groups, append replayed ones (replay.py)
-        rollouts, train_adv, sample_mask, behaviour, extra = replay.mix(run, buf, cfg, rollouts, adv, sample_mask,
-                                                                        replayed)
-    if run.cfg.completion_budget:  # [steer] the LR schedule follows the spent budget, not the step count
-        for group in run.optimizer.param_groups:
-            group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps * cfg.num_iterations)  # counts updates
-    metrics = train_step(run.policy, run.ref, run.optimizer, rollouts, train_adv, cfg, run.scheduler,
-                         sample_mask=sample_mask, **behaviour)
-    if batch.reasons:
-        log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(batch.bad.sum()),
-                    cfg.reward_error_policy, batch.reasons[0])
+    replayed = replay.take_for_step(schedules.state(run).replay, plan.cfg, run.step + 1)  # [steer] [] when off
+    batch, reward_log = collect(run, plan, plan.cfg.num_prompts - len(replayed))  # Batch: rewards, bad (P, G)
+    adv, sample_mask, estimator_metrics = advantages_for(run, plan.cfg, batch)  # (P, G[, Tc]); (P, G) bool or None
+    update = add_replayed(run, plan.cfg, batch, adv, sample_mask, replayed)  # Update: fresh (+ replayed) rows
+    metrics = apply_update(run, plan, update)  # train_step: loss, grad_norm, clip ratios, entropy, kl
     run.step += 1
     metrics.update(step_metrics(run, plan, batch, adv, reward_log))
-    metrics.update(extra)
-    metrics.update(estimator_metrics)
-    metrics.update({k: v for k, v in batch.info.items() if k != "completions_generated"})
-    schedules.end_step(run, plan, metrics, batch.info["completions_generated"])  # [steer] G/P log, spend, adaptive rule
-    metrics["step"] = run.step
-    metrics["step_time"] = time.perf_counter() - t0
+    metrics.update(update.metrics | estimator_metrics | batch.info)  # replay/*, the estimator's, dynamic/*
+    schedules.end_step(run, plan, metrics, metrics.pop("completions_generated"))  # [steer] spend, G/P log, adaptive
+    metrics.update(step=run.step, step_time=time.perf_counter() - t0)
     return metrics
+
+
+def collect(run: Run, plan, P: int) -> tuple[dynamic.Batch, RewardLog]:
+    """P fresh groups of this step's G from its prompt pool, judged by its reward functions (dynamic
+    sampling draws more rounds); what the reward functions logged through TRL's ``log_metric`` /
+    ``log_extra``. A bad reward sample is logged as a warning here."""
+    reward_log = RewardLog()
+    batch = dynamic.sample_batch(run, plan.cfg, plan.items, plan.reward_funcs, P, reward_log, trainer_state(run))
+    if batch.reasons:
+        log.warning("step %d: %d bad reward sample(s), policy %r: %s", run.step + 1, int(batch.bad.sum()),
+                    plan.cfg.reward_error_policy, batch.reasons[0])
+    return batch, reward_log
+
+
+def add_replayed(run: Run, cfg: GRPOConfig, batch: dynamic.Batch, adv: torch.Tensor, sample_mask,
+                 replayed: list[dict]) -> Update:
+    """The rows this step trains on: the fresh groups, and with ``replay_fraction`` > 0 the fresh groups
+    go into the buffer and the ``replayed`` ones are appended (``replay.mix``)."""
+    if run.cfg.replay_fraction == 0:
+        return Update(batch.rollouts, adv, sample_mask)
+    return replay.mix(run, schedules.state(run).replay, cfg, batch.rollouts, adv, sample_mask, replayed)
+
+
+def apply_update(run: Run, plan, update: Update) -> dict:
+    """``train_step`` on ``update`` with the run's optimizer and schedule. [steer] With a completion
+    budget, the learning rate follows the share of the budget spent, not the step count."""
+    cfg = plan.cfg
+    if run.cfg.completion_budget:
+        for group in run.optimizer.param_groups:
+            group["lr"] = cfg.learning_rate * lr_lambda(cfg)(plan.frac * cfg.steps * cfg.num_iterations)  # counts updates
+    return train_step(run.policy, run.ref, run.optimizer, update.rollouts, update.advantages, cfg, run.scheduler,
+                      sample_mask=update.sample_mask, behaviour_logp=update.behaviour_logp,
+                      behaviour_rows=update.behaviour_rows)
 
 
 def advantages_for(run: Run, cfg: GRPOConfig, batch: dynamic.Batch) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
@@ -305,8 +321,8 @@ def _gold_metrics(run: Run, rollouts, items) -> tuple[dict, torch.Tensor | None]
         return {}, None, None
     policy = "zero" if run.cfg.reward_error_policy != "raise" else "raise"
     G = len(rollouts.completions) // len(items)
-    gold, gold_per, _, _ = score_with_policy(run.gold_funcs, rollouts.prompts, rollouts.completions,
-                                             columns_of(items, repeat=G), None, policy)  # (B,), (B, K)
+    gold, gold_per, _, _ = score(run.gold_funcs, rollouts.prompts, rollouts.completions,
+                                 columns_of(items, repeat=G), None, policy)  # (B,), (B, K)
     out = {"gold_reward": torch.nanmean(gold).item()}
     for k, f in enumerate(run.gold_funcs):
         out[f"gold_rewards/{_func_name(f, k)}/mean"] = torch.nanmean(gold_per[:, k]).item()

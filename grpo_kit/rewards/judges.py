@@ -22,12 +22,12 @@ Shipped:
 - ``exact_answer``: 1.0 when the completion's number equals the ``answer`` column.
 - ``format_reward``: 1.0 when the completion is exactly one well-formed number.
 
-``score(...)`` runs a list of functions, checks what each returns, and combines them with
-weights into a (B,) reward tensor; any problem raises :class:`RewardError` naming the
-function and the sample. ``score_with_policy(...)`` applies ``GRPOConfig.reward_error_policy``
-instead ('raise', 'skip' the sample, or 'zero' the value) and ``reward_timeout_s`` (a function
-that does not return in time is a bad value for the whole batch; see ``call_with_timeout``
-for what happens to its thread).
+``score(...)`` is the one entry point that scores: it runs a list of functions, checks what each
+returns, and combines them with weights into a (B,) reward tensor. By default any problem raises
+:class:`RewardError` naming the function and the sample; ``policy`` applies
+``GRPOConfig.reward_error_policy`` instead ('skip' the sample, or 'zero' the value) and
+``timeout_s`` ``reward_timeout_s`` (a function that does not return in time is a bad value for
+the whole batch; see ``call_with_timeout`` for what happens to its thread).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import math
 import re
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 
@@ -261,16 +261,10 @@ def _own_copy(values, depth: int = 2):
     return values
 
 
-def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
-          policy: str = "raise", timeout_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Run every reward function -> (per_func (B, K), bad (B, K) bool, reasons).
-
-    ``per_func`` is NaN where a function returned None (it cannot score that sample) and where
-    the value is bad. A value is bad when the function raised, timed out, returned the wrong
-    count or type (all B values of that function are bad) or returned NaN/inf or a non-number.
-    ``policy='raise'`` raises :class:`RewardError` at the first bad value, naming the function
-    and the sample; 'skip' and 'zero' mark it in ``bad`` and describe it in ``reasons``.
-    """
+def _run_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
+              policy: str = "raise", timeout_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """:func:`score`'s harness: run every reward function -> (per_func (B, K), bad (B, K) bool, reasons);
+    ``policy='raise'`` raises at the first bad value, 'skip' and 'zero' mark it in ``bad``."""
     if policy not in REWARD_ERROR_POLICIES:
         raise RewardError(f"reward_error_policy={policy!r}: choose from {REWARD_ERROR_POLICIES}")
     B = len(completions)
@@ -330,16 +324,6 @@ def judge(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str
     return out, bad, reasons
 
 
-def score_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str],
-               columns: dict[str, list]) -> torch.Tensor:
-    """Run every reward function; returns (B, K) float rewards, NaN where a function said None.
-
-    Raises :class:`RewardError` when a function raises, returns the wrong number of values,
-    or returns NaN/inf or a non-number.
-    """
-    return judge(funcs, prompts, completions, columns)[0]
-
-
 def combine(per_func: torch.Tensor, weights: Sequence[float] | None = None) -> torch.Tensor:
     """Weighted sum over functions (B, K) -> (B,), ignoring NaN (TRL's nansum); a row where
     every function returned None is an error, since it has no reward at all."""
@@ -354,44 +338,57 @@ def combine(per_func: torch.Tensor, weights: Sequence[float] | None = None) -> t
     return (per_func * w).nansum(-1)  # (B,)
 
 
-def score(funcs, prompts, completions, columns, weights=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewards (B,) and the per-function rewards (B, K)."""
-    per_func = score_each(funcs, prompts, completions, columns)
-    return combine(per_func, weights), per_func
-
-
 REWARD_ERROR_POLICIES = ("raise", "skip", "zero")
 
 
-def score_with_policy(funcs, prompts, completions, columns, weights=None, policy: str = "raise",
-                      timeout_s: float | None = None, trl_kwargs: dict | None = None,
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    """Rewards (B,), per-function rewards (B, K), bad samples (B,) bool and the reasons.
+class Scores(NamedTuple):
+    """What :func:`score` returns."""
+    rewards: torch.Tensor | None  # (B,) the weighted sum over functions; None with combined=False
+    per_func: torch.Tensor        # (B, K) one column per function, NaN where it said None (or the value was bad)
+    bad: torch.Tensor             # (B,) bool: a sample with a bad value ('skip' / 'zero'; never True under 'raise')
+    reasons: list[str]            # what went wrong, one line per bad value
+
+
+def score(funcs: Sequence[RewardFunc], prompts: list, completions: list, columns: dict[str, list],
+          weights: Sequence[float] | None = None, policy: str = "raise", timeout_s: float | None = None,
+          trl_kwargs: dict | None = None, combined: bool = True) -> Scores:
+    """The one way the kit scores completions: run every reward function, check what each returns,
+    and combine them with ``weights`` (TRL's nansum) -> :class:`Scores`.
 
     Every function is called with ``prompts``, ``completions``, the ``columns`` and ``trl_kwargs``
     (the rest of what TRL passes, from :func:`trl_reward_kwargs`; they win over a column of the
-    same name, as in TRL).
+    same name, as in TRL), each with its own copies of the lists, within ``timeout_s`` seconds.
+    A value is bad when the function raised, timed out, returned the wrong count or type (all B
+    values of that function are bad) or returned NaN/inf or a non-number. ``policy`` says what a
+    bad value does (``GRPOConfig.reward_error_policy``):
 
-    - ``raise`` (default): exactly :func:`score`; any bad value raises :class:`RewardError`.
+    - ``raise`` (default): :class:`RewardError` at the first bad value, naming the function and the
+      sample; so is a sample that no function scored (every one returned None).
     - ``skip``: a sample with any bad value, or that no function scored, is bad: its reward is
-      NaN here, and ``train.grpo_step`` gives it advantage 0 and masks it from the loss.
+      NaN here, and the step gives it advantage 0 and masks it from the loss.
     - ``zero``: a bad value counts as 0 for that function (a sample no function scored gets 0);
       the sample trains normally and is still counted as bad.
+
+    ``combined=False`` returns the per-function values only (``rewards`` None): a sample no function
+    scored is then no error (ensembles and the judge server report it as None).
     """
     columns = {**columns, **(trl_kwargs or {})}
-    per_func, bad, reasons = judge(funcs, prompts, completions, columns, policy, timeout_s)  # (B, K), (B, K)
+    per_func, bad, reasons = _run_each(funcs, prompts, completions, columns, policy, timeout_s)  # (B, K), (B, K)
+    if not combined:
+        return Scores(None, per_func, bad.any(-1), reasons)
     if policy == "raise":
-        return combine(per_func, weights), per_func, bad.any(-1), reasons
+        return Scores(combine(per_func, weights), per_func, bad.any(-1), reasons)
     unscored = torch.isnan(per_func).all(-1) & ~bad.any(-1)  # (B,) every function said None
     if bool(unscored.any()):
         reasons.append(f"no reward function scored sample {int(unscored.nonzero()[0])}: every function returned None")
     if policy == "zero":
         per_func = torch.where(bad, torch.zeros_like(per_func), per_func)  # (B, K)
         rewards = combine(torch.where(unscored.unsqueeze(-1), torch.zeros_like(per_func), per_func), weights)  # (B,)
-        return rewards, per_func, bad.any(-1) | unscored, reasons
+        return Scores(rewards, per_func, bad.any(-1) | unscored, reasons)
     sample_bad = bad.any(-1) | unscored  # (B,)
     rewards = combine(torch.where(sample_bad.unsqueeze(-1), torch.zeros_like(per_func), per_func), weights)  # (B,)
-    return torch.where(sample_bad, torch.full_like(rewards, float("nan")), rewards), per_func, sample_bad, reasons
+    return Scores(torch.where(sample_bad, torch.full_like(rewards, float("nan")), rewards), per_func, sample_bad,
+                  reasons)
 
 
 # ================================================================ answers in free text
@@ -810,9 +807,9 @@ def from_trl(func: RewardFunc, tokenizer=None, conversational: bool = False) -> 
 def ensemble_reward(judges: Sequence[RewardFunc], weights: Sequence[float] | None = None,
                     method: str = "mean") -> RewardFunc:
     """Several judges as one reward function (see :func:`ensemble_scores`); each judge runs
-    through :func:`score_each`, so a failing member is named."""
+    through :func:`score`, so a failing member is named."""
     def ensemble(prompts, completions, **columns):
-        per = score_each(list(judges), prompts, completions, columns)  # (B, K)
+        per = score(list(judges), prompts, completions, columns, combined=False).per_func  # (B, K)
         out = ensemble_scores(per.T, weights, method)  # (B,)
         return [None if math.isnan(v) else v for v in out.tolist()]
 

@@ -58,7 +58,7 @@ def preferences_from_judge(judge, prompts: list[str], completions: list[str], co
     B = len(completions)
     if num_generations < 1 or B % num_generations:
         raise PreferenceError(f"{B} completions do not split into groups of num_generations={num_generations}")
-    rewards, _ = score([judge], prompts, completions, columns)  # (B,)
+    rewards = score([judge], prompts, completions, columns).rewards  # (B,)
     return preferences_from_scores(rewards.view(-1, num_generations), temperature)  # (P, G, G)
 
 
@@ -136,7 +136,7 @@ def rule_from_scalar(judge, temperature: float | None = None, **fixed) -> Rule:
     :func:`preferences_from_scores`. Per-prompt columns arrive as keyword values."""
     def rule(prompt, a, b, **ctx):
         cols = {k: [v, v] for k, v in {**fixed, **ctx}.items()}
-        r, _ = score([judge], [prompt, prompt], [a, b], cols)  # (2,)
+        r = score([judge], [prompt, prompt], [a, b], cols).rewards  # (2,)
         return float(preferences_from_scores(r, temperature)[0, 1])
 
     rule.__name__ = f"pairwise_{func_name(judge)}"

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.rewards.judges import RewardFunc, func_name, judge
+from grpo_kit.rewards.judges import RewardFunc, func_name, score
 from grpo_kit.rewards.remote import (  # noqa: F401 (their old home)
     SERVER_HINT,
     post_with_retries,
@@ -167,9 +167,9 @@ def check_columns(funcs: Sequence[RewardFunc], columns: dict[str, list]) -> None
 
 def score_request(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str],
                   columns: dict[str, list]) -> dict:
-    """The response to one request: per-judge values (B, K) from :func:`judges.judge`; rewards are
+    """The response to one request: per-judge values (B, K) from :func:`judges.score`; rewards are
     their sum over the judges that scored a sample, None where none did."""
-    per_func, _, _ = judge(list(funcs), prompts, completions, columns)  # (B, K) NaN = no score
+    per_func = score(list(funcs), prompts, completions, columns, combined=False).per_func  # (B, K) NaN = no score
     rows = per_func.tolist()
     rewards = [None if all(math.isnan(v) for v in row) else sum(v for v in row if not math.isnan(v)) for row in rows]
     logs = {func_name(f): [None if math.isnan(row[k]) else row[k] for row in rows] for k, f in enumerate(funcs)}
@@ -177,7 +177,7 @@ def score_request(funcs: Sequence[RewardFunc], prompts: list[str], completions: 
 
 
 def _returning(name: str, values) -> RewardFunc:
-    """A reward function named ``name`` that returns ``values``: :func:`judges.judge` then checks them."""
+    """A reward function named ``name`` that returns ``values``: :func:`judges.score` then checks them."""
     def f(prompts, completions, **_):
         return values
 

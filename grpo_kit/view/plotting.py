@@ -3,16 +3,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpo_kit.eval.diagnostics import series
+
 PANELS = [("reward", "reward (train samples)"), ("accuracy", "held-out greedy accuracy"),
           ("kl", "KL to reference (k3)"), ("entropy", "token entropy")]
 
 
-def series(history: list[dict], key: str, evals: list[tuple[int, float]] | None = None):
-    """(steps, values) of one metric; ``accuracy`` also takes the step-0 value from ``evals``."""
-    if key == "accuracy" and evals is not None:
-        return [s for s, _ in evals], [a for _, a in evals]
-    pts = [(m["step"], m[key]) for m in history if key in m]
-    return [p[0] for p in pts], [p[1] for p in pts]
+def xy(history: list[dict], key: str, evals: list[tuple[int, float]] | None = None) -> tuple[list, list]:
+    """(steps, values) of one metric to plot: ``diagnostics.series`` (the steps with a finite value)
+    unzipped; ``accuracy`` comes from ``evals`` when given (it holds step 0, the base model)."""
+    pts = evals if key == "accuracy" and evals is not None else series(history, key)
+    return [s for s, _ in pts], [v for _, v in pts]
 
 
 def smooth(values: list[float], window: int = 10) -> list[float]:
@@ -35,7 +36,7 @@ def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path:
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), constrained_layout=True)
     for ax, (key, label) in zip(axes.flat, PANELS):
-        x, y = series(history, key, evals)
+        x, y = xy(history, key, evals)
         if key == "accuracy":
             ax.plot(x, y, "o-", color="C2")
             ax.set_ylim(0, 1)
@@ -59,7 +60,7 @@ def plotly_history(history: list[dict], evals=None, title: str = "GRPO run", pat
 
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in PANELS])
     for i, (key, label) in enumerate(PANELS):
-        x, y = series(history, key, evals)
+        x, y = xy(history, key, evals)
         fig.add_trace(go.Scatter(x=x, y=y, name=key, mode="lines+markers" if key == "accuracy" else "lines"),
                       row=i // 2 + 1, col=i % 2 + 1)
     fig.update_layout(title=title, height=650, showlegend=False)

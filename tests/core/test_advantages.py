@@ -44,3 +44,13 @@ def test_bad_inputs_are_named():
         compute_advantages(torch.tensor([[1.0, float("nan")]]))
     with pytest.raises(ValueError, match="scale_rewards"):
         compute_advantages(torch.tensor([[1.0, 0.0]]), "zscore")
+
+
+def test_nanstd_by_hand():
+    from grpo_kit.core.advantages import nanstd
+
+    x = torch.tensor([[1.0, 3.0, float("nan")], [5.0, float("nan"), float("nan")]])  # (2, 3)
+    # row 0: mean 2, squared deviations 1 + 1: unbiased sqrt(2 / 1), population sqrt(2 / 2) = 1
+    assert nanstd(x, dim=1).tolist() == pytest.approx([2 ** 0.5, 0.0])  # one value: 0
+    assert nanstd(x, dim=1, unbiased=False).tolist() == pytest.approx([1.0, 0.0])
+    assert nanstd(torch.tensor([2.0, 4.0, 6.0]), unbiased=False).item() == pytest.approx((8 / 3) ** 0.5)

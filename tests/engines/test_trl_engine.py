@@ -18,7 +18,7 @@ from grpo_kit.engines.trl_engine import (
 )
 from grpo_kit.errors import ConfigError
 from grpo_kit.eval.diagnostics import diagnose, read_history
-from grpo_kit.view.plotting import plot_history, series
+from grpo_kit.view.plotting import plot_history, xy
 
 CORE = ("reward", "reward_std", "frac_reward_zero_std", "rewards/exact_answer/mean", "completions/mean_length",
         "completions/clipped_ratio", "loss", "grad_norm", "learning_rate", "entropy", "clip_ratio/region_mean",
@@ -77,7 +77,7 @@ def test_cli_trains_with_trl_and_writes_the_kits_run_folder(tmp_path, capsys):
     assert summary["engine"] == "trl" and [s for s, _ in summary["evals"]] == [0, 2]
     assert history[-1]["accuracy"] == summary["final_accuracy"]
     assert isinstance(diagnose(history, GRPOConfig.from_yaml(out / "config.yaml")), list)
-    assert series(history, "reward")[0] == [1, 2]
+    assert xy(history, "reward")[0] == [1, 2]
     plot_history(history, summary["evals"])
     assert (out / "curves.png").is_file() and (out / "curves.html").is_file()
     assert (out / "model" / "config.json").is_file() and "model/" in printed

@@ -13,7 +13,6 @@ from grpo_kit.loop.schedules import (
     AdaptiveState,
     SteerState,
     adapt_group_size,
-    adaptive_sizes,
     end_step,
     group_size,
     preview,
@@ -61,8 +60,8 @@ def test_other_bad_steering_configs():
 
 
 def test_adaptive_sizes():
-    assert adaptive_sizes(GRPOConfig(num_generations=8, group_size_bounds=[4, 16])) == [4, 8, 16]
-    assert adaptive_sizes(GRPOConfig(num_generations=4, group_size_bounds=[2, 32])) == [2, 4, 8, 16, 32]
+    assert GRPOConfig(num_generations=8, group_size_bounds=[4, 16]).adaptive_sizes() == [4, 8, 16]
+    assert GRPOConfig(num_generations=4, group_size_bounds=[2, 32]).adaptive_sizes() == [2, 4, 8, 16, 32]
 
 
 def _script(fracs, G=8, patience=2, bounds=(4, 16)):

@@ -111,7 +111,7 @@ def test_from_trl_runs_trl_reward_functions_as_kit_judges(tiny):
     from trl.rewards import get_soft_overlong_punishment, think_format_reward
     _, tok = tiny
     judge = from_trl(get_soft_overlong_punishment(4, 2), tokenizer=tok)  # needs completion_ids
-    r, per = score([judge], ["p", "p"], ["ab", "abcd"], {})
+    r, per, _, _ = score([judge], ["p", "p"], ["ab", "abcd"], {})
     assert r.tolist() == [0.0, -1.0]  # 4 chars: (2 - 4) / 2 = -1
     fmt = from_trl(think_format_reward, conversational=True)
     assert fmt(["p", "p"], ["<think>\nhm\n</think>\n4", "4"]) == [1.0, 0.0]

@@ -13,7 +13,6 @@ from grpo_kit.rewards.judges import (
     exact_answer,
     format_reward,
     score,
-    score_with_policy,
 )
 
 
@@ -60,7 +59,7 @@ def test_none_is_skipped_but_all_none_is_an_error():
         return [None, 1.0]
     def b(prompts, completions, **kw):
         return [2.0, None]
-    r, per = score([a, b], ["p"] * 2, ["c"] * 2, _cols(2), weights=[1.0, 0.5])
+    r, per, _, _ = score([a, b], ["p"] * 2, ["c"] * 2, _cols(2), weights=[1.0, 0.5])
     assert r.tolist() == [1.0, 1.0] and math.isnan(per[0, 0])
     with pytest.raises(RewardError, match="no reward function scored sample 0"):
         combine(torch.tensor([[float("nan")]]))
@@ -81,20 +80,28 @@ def values(vals):
     return fixed
 
 
-def test_raise_policy_is_exactly_score():
+def test_raise_policy_combines_by_hand():
     f, g = values([1.0, None, 0.5]), values([2.0, 3.0, None])
-    r, per, bad, reasons = score_with_policy([f, g], *_args(3), weights=[1.0, 0.5])
-    r0, per0 = score([f, g], *_args(3), weights=[1.0, 0.5])
-    assert torch.equal(r, r0) and torch.equal(per.nan_to_num(-7), per0.nan_to_num(-7))
+    r, per, bad, reasons = score([f, g], *_args(3), weights=[1.0, 0.5])
+    assert r.tolist() == [2.0, 1.5, 0.5]  # 1 + 0.5*2, None + 0.5*3, 0.5 + None (TRL's nansum)
+    assert per.nan_to_num(-7).tolist() == [[1.0, 2.0], [-7.0, 3.0], [0.5, -7.0]]
     assert not bad.any() and reasons == []
     with pytest.raises(RewardError, match="'fixed' returned nan for sample 1"):
-        score_with_policy([values([0.0, NAN])], *_args(2))
+        score([values([0.0, NAN])], *_args(2))
+
+
+def test_uncombined_scores_allow_a_sample_no_function_scored():
+    f, g = values([1.0, None]), values([2.0, None])
+    with pytest.raises(RewardError, match="no reward function scored sample 1"):
+        score([f, g], *_args(2))
+    s = score([f, g], *_args(2), combined=False)  # ensembles and the judge server: None stays None
+    assert s.rewards is None and s.per_func.nan_to_num(-7).tolist() == [[1.0, 2.0], [-7.0, -7.0]]
 
 
 def test_skip_marks_bad_samples_and_names_them():
     f = values([1.0, NAN, "high", INF, None])
     g = values([0.5, 0.5, 0.5, 0.5, None])
-    r, per, bad, reasons = score_with_policy([f, g], *_args(5), policy="skip")
+    r, per, bad, reasons = score([f, g], *_args(5), policy="skip")
     assert bad.tolist() == [False, True, True, True, True]  # 4: no function scored it
     assert r[0].item() == 1.5 and all(math.isnan(x) for x in r[1:].tolist())  # 1.0 + 0.5
     assert len(reasons) == 4 and "sample 1" in reasons[0] and "'high'" in reasons[1]
@@ -104,7 +111,7 @@ def test_skip_marks_bad_samples_and_names_them():
 def test_zero_counts_a_bad_value_as_zero():
     f = values([1.0, NAN, "high", None])
     g = values([0.5, 0.5, 0.5, None])
-    r, _, bad, _ = score_with_policy([f, g], *_args(4), weights=[1.0, 2.0], policy="zero")
+    r, _, bad, _ = score([f, g], *_args(4), weights=[1.0, 2.0], policy="zero")
     # sample 0: 1*1 + 2*0.5 = 2; samples 1, 2: f's bad value -> 0, so 2*0.5 = 1; sample 3: unscored -> 0
     assert r.tolist() == [2.0, 1.0, 1.0, 0.0] and bad.tolist() == [False, True, True, True]
 
@@ -113,13 +120,13 @@ def test_zero_counts_a_bad_value_as_zero():
 def test_a_raising_or_miscounting_function_makes_every_sample_bad(policy):
     def broken(prompts, completions, **kw):
         raise ZeroDivisionError("oops")
-    r, _, bad, reasons = score_with_policy([broken, values([1.0, 1.0])], *_args(2), policy=policy)
+    r, _, bad, reasons = score([broken, values([1.0, 1.0])], *_args(2), policy=policy)
     assert bad.all() and "'broken' raised ZeroDivisionError: oops" in reasons[0]
-    _, _, bad, reasons = score_with_policy([values([1.0])], *_args(2), policy=policy)
+    _, _, bad, reasons = score([values([1.0])], *_args(2), policy=policy)
     assert bad.all() and "returned 1 values for 2 completions" in reasons[0]
     def as_text(prompts, completions, **kw):
         return "11"  # two characters for two completions: still not a list of rewards
-    _, _, bad, reasons = score_with_policy([as_text], *_args(2), policy=policy)
+    _, _, bad, reasons = score([as_text], *_args(2), policy=policy)
     assert bad.all() and "'as_text' returned str; return a list of 2 floats" in reasons[0]
 
 
@@ -130,15 +137,15 @@ def test_a_hung_function_times_out_with_its_name():
     t0 = time.perf_counter()
     with pytest.raises(RewardError, match=r"'slow_judge' did not return within reward_timeout_s=0.2 s on a batch "
                                           r"of 2 completions \(first prompt 'p0'\)"):
-        score_with_policy([slow_judge], *_args(2), timeout_s=0.2)
-    _, _, bad, _ = score_with_policy([slow_judge], *_args(2), policy="skip", timeout_s=0.2)
+        score([slow_judge], *_args(2), timeout_s=0.2)
+    _, _, bad, _ = score([slow_judge], *_args(2), policy="skip", timeout_s=0.2)
     assert bad.all() and time.perf_counter() - t0 < 2.0  # two 0.2 s limits, not two 3 s sleeps
     # within the limit: the thread's result and its exceptions come back as inline
-    assert score_with_policy([values([1.0, 2.0])], *_args(2), timeout_s=5)[0].tolist() == [1.0, 2.0]
+    assert score([values([1.0, 2.0])], *_args(2), timeout_s=5)[0].tolist() == [1.0, 2.0]
     with pytest.raises(RewardError, match="'broken' raised KeyError"):
         def broken(prompts, completions, **kw):
             raise KeyError("x")
-        score_with_policy([broken], *_args(2), timeout_s=5)
+        score([broken], *_args(2), timeout_s=5)
 
 
 def test_masked_advantages_by_hand():

@@ -15,7 +15,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.errors import ConfigError, RewardError
 from grpo_kit.loop.train import setup, train
-from grpo_kit.rewards.judges import exact_answer, format_reward, judge
+from grpo_kit.rewards.judges import exact_answer, format_reward, score
 from grpo_kit.rewards.resolve import resolve_reward_func
 from grpo_kit.rewards.serve import (
     BadRequest,
@@ -174,8 +174,9 @@ def test_in_process_server_round_trip():
         url = f"http://127.0.0.1:{server.server_address[1]}/get_reward"
         f = resolve_reward_func(f"remote:{url}")
         cols = {"answer": ["46", "46", "46"], "reverse_digits": [True, True, True]}
-        per_remote, _, _ = judge([f], ["12+34="] * 3, ["64", "46", "x"], cols)  # (3, 1)
-        per_local, _, _ = judge([resolve_reward_func("exact_answer")], ["12+34="] * 3, ["64", "46", "x"], cols)
+        per_remote = score([f], ["12+34="] * 3, ["64", "46", "x"], cols, combined=False).per_func  # (3, 1)
+        per_local = score([resolve_reward_func("exact_answer")], ["12+34="] * 3, ["64", "46", "x"], cols,
+                          combined=False).per_func
         assert per_remote.flatten().tolist() == per_local.flatten().tolist() == [1.0, 0.0, 0.0]
     finally:
         server.shutdown()
