@@ -93,6 +93,7 @@ def test_missing_file(tmp_path):
     with pytest.raises(DataError, match="no such file"):
         load_items(tmp_path / "nope.jsonl")
 
+
 # ---------------------------------------------------------------- malformed rows
 # Loaders reject malformed rows with file, line and reason, or skip and count them;
 # random lines and bytes only ever give DataError.
@@ -187,6 +188,7 @@ def test_random_bytes_only_ever_raise_data_error(tmp_path, data):
             load_gsm8k(p, on_bad_row=on_bad_row)
         except DataError:
             pass
+
 
 # ================================================================ inputs at the edges
 # One-line errors for user mistakes, per-item columns, model names, prompts, YAML.
