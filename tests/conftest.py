@@ -49,6 +49,16 @@ def signals_delivered():
         signal.signal(sig, previous)
 
 
+def run_cli(capsys, *args):
+    """``grpo-kit ARGS`` in this process, each argument as text: (exit code, stdout, stderr). A plain
+    function, not a fixture (test files of several layers take it with ``from conftest import run_cli``)."""
+    from grpo_kit.cli import main
+
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.fixture(autouse=True)
 def _keep_full_runs(request, monkeypatch):
     """A test marked ``full`` keeps each notebook it runs without error in build/executed/ (for make book)."""

@@ -189,7 +189,9 @@ def test_single_token_and_fully_masked_rows_are_finite():
     approx(adv, [1 - 0.3, 0.0])  # delta = 1 - 0.3 on the single token; nothing on the empty row
     assert ret[1].item() == 0.0
     h = hybrid_gae(torch.tensor([[1.0, 2.0]]), torch.zeros(1, 2, 1), mask.view(1, 2, 1))
-    assert torch.isfinite(h).all() and h[0, 1, 0] == 0  # fully masked row gets nothing
+    assert h[0, 1, 0] == 0  # fully masked row gets nothing
+    # the single token: w * z-score of 1 in [1, 2] (-sqrt(1/2)) + (1 - w) * GAE delta (1 - 0), w = 0.3
+    assert h[0, 0, 0].item() == pytest.approx(0.3 * -math.sqrt(0.5) + 0.7 * 1.0, abs=1e-4)  # 0.4879
     p = process_advantages(torch.tensor([[1.0], [0.0]]), torch.tensor([[0], [0]]), 1,
                            step_mask=torch.tensor([[True], [False]]))  # a single real step: std 0
     assert torch.isfinite(p).all() and (p == 0).all()

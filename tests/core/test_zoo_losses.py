@@ -77,7 +77,8 @@ def test_masking_truncated_completions_removes_them_from_the_loss():
     logp = torch.zeros(2, 2, requires_grad=True)
     pt, _ = grpo_per_token_loss(logp, logp.detach(), None, torch.tensor([1.0, 1.0]), m)
     aggregate(pt, m, "dapo").backward()
-    assert logp.grad[0].abs().sum() == 0 and logp.grad[1].abs().sum() > 0
+    # ratio 1, A = 1: d(-ratio * A)/d logp = -1 per token, over dapo's 2 unmasked tokens
+    assert logp.grad[0].abs().sum() == 0 and logp.grad[1].tolist() == pytest.approx([-0.5, -0.5])
 
 
 def test_fully_masked_and_single_token_rows_are_finite_for_every_loss_type():

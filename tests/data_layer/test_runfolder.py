@@ -1,4 +1,5 @@
-"""No run is lost: output folders, the lock, checkpoint rotation, resume, export, disk full, history."""
+"""The run folder (grpo_kit/data/runfolder.py and the loop's use of it). No run is lost: output folders,
+the lock, checkpoint rotation, resume, export, disk full, history."""
 import errno
 import importlib
 import json
@@ -9,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import run_cli
 
 from grpo_kit.cli import main
 from grpo_kit.config import GRPOConfig
@@ -19,12 +21,6 @@ from grpo_kit.rewards.judges import exact_answer
 
 loop = importlib.import_module("grpo_kit.loop.train")  # the module (grpo_kit.loop.train is also the function)
 BASE = "steps: 2\nnum_prompts: 2\nnum_generations: 2\neval_size: 5\neval_every: 0\nthreads: 1\ncheckpoint_every: 1\n"
-
-
-def _cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +46,14 @@ def _snapshot(folder):
 
 def test_a_new_run_into_a_run_folder_is_refused_and_changes_nothing(cli_run, capsys):
     before = _snapshot(cli_run / "run")
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--steps", "1")
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--steps", "1")
     assert code == 2 and err.count("\n") == 1 and "is not empty" in err and "--resume" in err and "--overwrite" in err
     assert _snapshot(cli_run / "run") == before
 
 
 def test_overwrite_removes_the_old_run_first(cli_run, capsys):
     (cli_run / "run" / "checkpoints" / "step-000009").mkdir()  # an old, higher-numbered checkpoint
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--steps", "1",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--steps", "1",
                         "--overwrite")
     assert code == 0, err
     assert sorted(p.name for p in (cli_run / "run" / "checkpoints").iterdir()) == ["latest", "step-000001"]
@@ -68,7 +64,7 @@ def test_overwrite_refuses_a_folder_grpo_kit_did_not_write(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text(BASE)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "thesis.tex").write_text("precious")
-    code, _, err = _cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", tmp_path / "out", "--overwrite")
+    code, _, err = run_cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", tmp_path / "out", "--overwrite")
     assert code == 2 and "thesis.tex" in err and (tmp_path / "out" / "thesis.tex").read_text() == "precious"
 
 
@@ -107,7 +103,7 @@ def other_process():
 
 def test_a_second_process_gets_a_clear_error_naming_the_holder(cli_run, capsys, other_process):
     (cli_run / "run" / LOCK_FILE).write_text(f"{other_process} {__import__('socket').gethostname()}\n")
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
                         "--steps", "3")
     assert code == 2 and f"in use by process {other_process}" in err and err.count("\n") == 1
     assert (cli_run / "run" / LOCK_FILE).is_file()  # the holder's lock is left alone
@@ -117,7 +113,7 @@ def test_a_stale_lock_is_taken_over_with_a_warning_and_released_at_the_end(cli_r
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()  # a pid that is gone
     (cli_run / "run" / LOCK_FILE).write_text(f"{p.pid} {__import__('socket').gethostname()}\n")
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
                         "--steps", "3", "--allow-schedule-change")
     assert code == 0, err
     assert f"taking over the lock of process {p.pid}" in err
@@ -143,7 +139,7 @@ def test_the_lock_is_released_when_training_fails(tmp_path, small_cfg):
 def test_a_refused_resume_changes_nothing(cli_run, capsys):
     before = _snapshot(cli_run / "run")
     (cli_run / "other.yaml").write_text(BASE + "beta: 0.1\n")
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "other.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "other.yaml", "--out", cli_run / "run", "--resume",
                         "--steps", "3")
     assert code == 2 and "different config (beta: 0.0 -> 0.1)" in err
     assert _snapshot(cli_run / "run") == before  # config.yaml included: export would ship the right one
@@ -157,13 +153,13 @@ def test_resume_with_nothing_to_resume_stops(tmp_path, capsys, make):
         out.mkdir()
     if make == "no_checkpoint":
         (out / "history.jsonl").write_text("")
-    code, _, err = _cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", out, "--resume")
+    code, _, err = run_cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", out, "--resume")
     assert code == 2 and "nothing to resume" in err
     assert out.exists() == (make != "missing") and not (out / "checkpoints").exists()
 
 
 def test_resume_to_fewer_steps_than_done_is_an_error(cli_run, capsys):
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
                         "--steps", "1")
     assert code == 2 and "already at step 2" in err
 
@@ -227,14 +223,14 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it(cli_run, ca
     dest = cli_run / "exp"
     dest.mkdir()
     (dest / "mine.txt").write_text("keep")
-    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest)
+    code, _, err = run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest)
     assert code == 2 and "not empty" in err and (dest / "mine.txt").read_text() == "keep"
-    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
+    code, _, err = run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
     assert code == 2 and "mine.txt" in err and (dest / "mine.txt").read_text() == "keep"  # not the kit's file
     (dest / "mine.txt").unlink()
-    assert _cli(capsys, "export", "--run", cli_run / "run", "--to", dest)[0] == 0
+    assert run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest)[0] == 0
     (dest / "model.safetensors").write_bytes(b"an older export")
-    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
+    code, _, err = run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
     assert code == 0, err  # an earlier export is replaced
     assert (dest / "model.safetensors").read_bytes() != b"an older export"
     assert (dest / "grpo_config.yaml").read_text() == (cli_run / "run" / "config.yaml").read_text()
@@ -243,13 +239,13 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it(cli_run, ca
 @pytest.mark.parametrize("to", ["run", "run/checkpoints", "."])
 def test_export_never_replaces_the_run_it_exports(cli_run, capsys, to):
     before = _snapshot(cli_run / "run")
-    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", cli_run / to, "--overwrite")
+    code, _, err = run_cli(capsys, "export", "--run", cli_run / "run", "--to", cli_run / to, "--overwrite")
     assert code == 2 and "overlaps the run folder" in err and _snapshot(cli_run / "run") == before
 
 
 def test_export_is_atomic(cli_run, capsys, monkeypatch):
     dest = cli_run / "exp"
-    assert _cli(capsys, "export", "--run", cli_run / "run", "--to", dest)[0] == 0
+    assert run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest)[0] == 0
     before = _snapshot(dest)
     real, calls = shutil.copy2, []
 
@@ -259,7 +255,7 @@ def test_export_is_atomic(cli_run, capsys, monkeypatch):
             raise OSError(errno.EIO, "Input/output error", str(dst))
         return real(src, dst)
     monkeypatch.setattr(shutil, "copy2", copy_then_fail)
-    code, _, err = _cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
+    code, _, err = run_cli(capsys, "export", "--run", cli_run / "run", "--to", dest, "--overwrite")
     assert code == 2 and "Input/output error" in err
     assert _snapshot(dest) == before  # the old export is whole
     assert sorted(p.name for p in cli_run.iterdir()) == ["c.yaml", "exp", "run"]  # no temp folder left
@@ -275,7 +271,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous_one(cl
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(obj, path, *a, **k)
     monkeypatch.setattr(torch, "save", full)
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
                         "--steps", "4", "--allow-schedule-change")
     errors = [line for line in err.splitlines() if "grpo-kit:" in line and "(allowed)" not in line]  # not the
     assert code == 2 and len(errors) == 1 and errors[0].startswith("grpo-kit: error: disk full"), err  # schedule note
@@ -326,13 +322,13 @@ def test_a_run_that_dies_part_way_keeps_the_history_of_its_finished_steps(tmp_pa
                                          ("c.yaml", "is a file, not a folder")])
 def test_bad_output_paths_are_one_line(tmp_path, capsys, out, message):
     (tmp_path / "c.yaml").write_text(BASE)
-    code, _, err = _cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", tmp_path / out if out else out)
+    code, _, err = run_cli(capsys, "train", "--config", tmp_path / "c.yaml", "--out", tmp_path / out if out else out)
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
     assert (tmp_path / "c.yaml").read_text() == BASE
 
 
 def test_resume_and_overwrite_together_are_refused(cli_run, capsys):
     before = _snapshot(cli_run / "run")
-    code, _, err = _cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
+    code, _, err = run_cli(capsys, "train", "--config", cli_run / "c.yaml", "--out", cli_run / "run", "--resume",
                         "--overwrite")
     assert code == 2 and "pass one of them" in err and _snapshot(cli_run / "run") == before
