@@ -28,7 +28,7 @@ from grpo_kit.loop.train import (
 )
 from grpo_kit.model.sampling import sample_groups
 from grpo_kit.rewards import judges
-from grpo_kit.rewards.judges import exact_answer, judge, score_with_policy
+from grpo_kit.rewards.judges import exact_answer, score
 
 pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must arrive (conftest.py); every test of the module
 
@@ -429,7 +429,7 @@ def test_a_judge_that_edits_its_inputs_changes_nothing_for_the_next_judge_or_the
     columns = {"answer": ["1", "2", "3"], "completion_ids": [[1, 2], [3], [4, 5]]}
     before = json.dumps([prompts, completions, columns])
     seen = []
-    judge([_vandal, _recorder(seen)], prompts, completions, columns, timeout_s=timeout_s)
+    score([_vandal, _recorder(seen)], prompts, completions, columns, timeout_s=timeout_s, combined=False)
     assert json.dumps([prompts, completions, columns]) == before  # the caller's lists
     assert json.dumps(seen[0]) == json.dumps([prompts, completions, columns["answer"], columns["completion_ids"]])
 
@@ -453,8 +453,8 @@ def _exits(prompts, completions, **kw):
 def test_systemexit_from_a_judge_is_a_reward_error_naming_it(timeout_s):
     args = (["p"], ["c"], {"answer": ["1"]})
     with pytest.raises(RewardError, match=r"reward function '_exits' raised SystemExit: 3"):
-        score_with_policy([_exits], *args, timeout_s=timeout_s)
-    _, _, bad, reasons = score_with_policy([_exits, exact_answer], *args, policy="zero", timeout_s=timeout_s)
+        score([_exits], *args, timeout_s=timeout_s)
+    _, _, bad, reasons = score([_exits, exact_answer], *args, policy="zero", timeout_s=timeout_s)
     assert bad.all() and "SystemExit" in reasons[0]
 
 
@@ -485,7 +485,7 @@ def test_a_stop_request_gives_a_running_reward_call_the_grace_period_then_gives_
         judges.request_stop()
         t0 = time.monotonic()
         with pytest.raises(judges.StopRequested, match="'hangs' was still running"):
-            judge([hangs], ["p"], ["c"], {}, policy="zero", timeout_s=60)  # not a bad value: the step ends
+            score([hangs], ["p"], ["c"], {}, policy="zero", timeout_s=60)  # not a bad value: the step ends
         assert time.monotonic() - t0 < 5
     finally:
         judges.clear_stop()
