@@ -250,15 +250,17 @@ def _own_copy(values, depth: int = 2):
     (messages of a conversational prompt, per-item dicts and lists of a column); strings, numbers and
     other objects shared. So a function that edits its inputs cannot change what later judges score
     or what the history logs."""
-    if depth < 0:
+    if depth < 0 or isinstance(values, _SHARED):
         return values
-    if isinstance(values, list):
-        return [_own_copy(v, depth - 1) for v in values]
-    if isinstance(values, tuple):
-        return tuple(_own_copy(v, depth - 1) for v in values)
+    if isinstance(values, (list, tuple)):  # strings and numbers (most items) shared without a call each
+        out = [v if isinstance(v, _SHARED) else _own_copy(v, depth - 1) for v in values]
+        return out if isinstance(values, list) else tuple(out)
     if isinstance(values, dict):
-        return {k: _own_copy(v, depth - 1) for k, v in values.items()}
+        return {k: v if isinstance(v, _SHARED) else _own_copy(v, depth - 1) for k, v in values.items()}
     return values
+
+
+_SHARED = (str, bytes, int, float, bool, type(None))  # immutable: a judge cannot edit them
 
 
 def _run_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list[str], columns: dict[str, list],
