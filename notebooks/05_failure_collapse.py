@@ -18,7 +18,9 @@
 # 1. **entropy / mode collapse**: eight updates on every batch (`num_iterations=8`) at sampling
 #    temperature 0.5. Each batch is fitted hard, the policy sharpens, and the completions in a group
 #    become copies of each other: the entropy halves, the groups stop disagreeing, and with nothing to
-#    compare the run stops learning, while the KL to the reference stays below 1;
+#    compare the run stops learning. The KL to the reference rises only to about one nat per token,
+#    which is where a policy that has settled on one answer sits (minus the log of the probability
+#    the reference gave that answer);
 # 2. **KL blow-up**: a learning rate three times the default, held constant, throws the policy far
 #    from the reference within a few updates;
 # 3. **a sign error**: the "top-k minus own reward" advantage as it is sometimes written pushes up the

@@ -16,7 +16,8 @@ Detectors (kind: what it reads), each a small function in ``DETECTORS``:
   second judge never trained on) stays flat or falls.
 - ``reward_spike``: one step's ``reward`` far outside the recent steps (robust z-score over a
   trailing window, median and MAD).
-- ``kl_blowup``: ``kl`` to the reference above an absolute level (nats per token).
+- ``kl_blowup``: ``kl`` to the reference above an absolute level (nats per token) over a window (its
+  median: one step's k3 estimate can read 100 nats while the policy has not moved).
 - ``zero_variance_stall``: most groups have all-equal rewards (``frac_reward_zero_std``) for a
   whole window and the reward has not moved since the start: no signal, no gradient.
 - ``length_blowup``: ``completions/clipped_ratio`` (truncated: no EOS) high for a window and
@@ -125,7 +126,15 @@ DEFAULTS = {
     # floor under the trailing MAD (x 0.1) and the trailing median reward_std: after a collapse the
     # reward sits at exactly 0 (MAD 0, spread 0) and one right answer in 128 must not count as a spike.
     "kl_max": 1.0,
-    # kl_blowup: window-mean KL (nats per token) above this.
+    # kl_blowup: window-median KL (nats per token) above this. A median, not a mean: the k3 estimate
+    # exp(ref - logp) - (ref - logp) - 1 is heavy-tailed (one sampled token that the reference gives
+    # e^9 times the policy's probability adds 8000 to the sum), so a single step can read 100+ nats
+    # among steps below 1; a policy that has left the reference reads high on most steps of a window.
+    "collapse_kl_max": 1.5,
+    # a kl_blowup whose window-median KL is below this waits one window for entropy_collapse and is
+    # then listed under it: a policy collapsed onto one answer sits -log p_ref(answer) nats per token
+    # from the reference (1.1 for an answer the reference gave a third of its probability), so a
+    # collapse crosses kl_max by itself; a step too large crosses it by a wider margin.
     "decline_kl_split": 0.75,
     # when kl_blowup and reward_decline both hold: the mean KL over the updates before the reward fell
     # (kl_while_reward_fell) at or above this names the step size (kl_blowup) first, below it the
@@ -174,9 +183,14 @@ DEFAULTS_MEASURED = {
                "largest |advantage| 2.47 (group z-scores, G=8) or 0.875 (Dr. GRPO); "
                "reward_spike run: z 14.6, reward_std ratio 24.9, |advantage| 30 (step 25); grad_explosion run: "
                "z 22, ratio 75, |advantage| 150; their fixes (group z-scores, G=4) bound it at 1.5",
-    "kl_max": "healthy: window-mean KL at most 0.62 (GSPO; raw single steps up to 3.5); kl_blowup run 1.9, "
-              "sign_error 2.3, length_blowup 2.9 (step 20); entropy_collapse runs stay at 0.71-0.83 until "
-              "the collapse",
+    "kl_max": "healthy: window-median KL at most 0.46 (raw single steps up to 3.7, GSPO); kl_blowup run 3.5, "
+              "sign_error 3.3, length_blowup 4.1, reward_hacking 4.8 (step 20); entropy_collapse runs reach "
+              "0.84-1.09 as they collapse (seeds 0, 5, 7; seed 7 and seed 0 at one thread cross 1.0 at "
+              "steps 85 and 67, after the collapse at 62-63), one with a single step at 122.8 (seed 0, "
+              "step 31: a window mean of 6.9 named a blowup that was one heavy-tailed k3 sample)",
+    "collapse_kl_max": "window-median KL at the step kl_blowup fires: kl_blowup, length_blowup, reward_hacking and "
+                       "sign_error runs 1.81-2.57 (step 20; seed 11: 1.76-3.48); entropy_collapse runs 1.01-1.04 "
+                       "(steps 67 and 85)",
     "decline_kl_split": "mean KL over the updates before the reward fell: kl_blowup runs 0.98-1.66 (seeds 0, 5, "
                         "7), sign_error runs 0.35-0.59",
     "stall_*": "healthy: frac_reward_zero_std at most 0.41; stall runs 0.93 (format reward) and 0.997 (add3), "
@@ -316,7 +330,7 @@ def reward_spike(h, t, cfg=None):
 
 def kl_blowup(h, t, cfg=None):
     w = t["window"]
-    for s, v in rolling_means(series(h, "kl"), w):
+    for s, v in rolling_medians(series(h, "kl"), w):
         if v > t["kl_max"]:
             return Finding("kl_blowup", s, {"kl": v, "kl_step": _at(h, s, "kl"), "window": w},
                            "The policy has drifted far from the reference model: updates are too large or nothing "
@@ -480,8 +494,10 @@ PRIORITY = ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup",
 # effect -> the kinds it is a known consequence of. A finding is reported as "likely a consequence of"
 # the first such finding listed before it, and is listed under it.
 CONSEQUENCE_OF = {
-    "kl_blowup": ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup", "reward_decline"),
-    # a policy that runs after a loophole, a jackpot or the wrong way drifts from the reference
+    "kl_blowup": ("reward_hacking", "grad_explosion", "reward_spike", "length_blowup", "reward_decline",
+                  "entropy_collapse"),
+    # a policy that runs after a loophole, a jackpot or the wrong way drifts from the reference; one
+    # collapsed onto a single answer sits about a nat per token from it (see collapse_kl_max)
     "reward_decline": ("grad_explosion", "reward_spike", "length_blowup", "entropy_collapse", "kl_blowup"),
     "zero_variance_stall": ("reward_hacking", "length_blowup", "entropy_collapse", "reward_decline",
                             "kl_blowup"),  # a collapsed or saturated reward leaves every group all-equal
@@ -532,10 +548,12 @@ def order_findings(found: list[Finding], h: list[dict], t: dict) -> list[Finding
     at = {f.kind: f.step for f in found}  # the step each finding is ordered at
     for kind, mechanisms in WAITS_FOR.items():
         if kind in by:
-            later = [by[m].step for m in mechanisms if m in by and by[m].step <= by[kind].step + t["window"]]
+            waits = [*mechanisms, *(("entropy_collapse",) if kind == "kl_blowup"
+                                    and by[kind].evidence["kl"] < t["collapse_kl_max"] else ())]
+            later = [by[m].step for m in waits if m in by and by[m].step <= by[kind].step + t["window"]]
             at[kind] = max([by[kind].step, *later])
     if "kl_blowup" in by and "reward_decline" in by:
-        kl, dec = by["kl_blowup"], by["reward_decline"]
+        dec = by["reward_decline"]
         fell = kl_while_reward_fell(h, t)
         if fell is not None:
             dec.evidence["reward_fell_at"], dec.evidence["kl_while_reward_fell"] = fell

@@ -107,11 +107,25 @@ def test_reward_spike_robust_z_and_spread():
     assert diagnose(steady, window=W, kinds=["reward_spike"]) == []
 
 
-def test_kl_blowup_window_mean_over_kl_max():
+def test_kl_blowup_window_median_over_kl_max():
     h = hist(12, kl=[0.1] * 6 + [2.0] * 6)
     f = only(diagnose(h, window=W, kinds=["kl_blowup"]), "kl_blowup")
-    # window means: step 8 = (0.1*2 + 2*2)/4 = 1.05 > 1.0 (step 7: 0.575)
+    # window medians (W=4, the mean of the middle two): step 7 = median(0.1, 0.1, 0.1, 2) = 0.1;
+    # step 8 = median(0.1, 0.1, 2, 2) = 1.05 > 1.0
     assert f.step == 8 and f.evidence["kl"] == pytest.approx(1.05)
+
+
+def test_one_heavy_tailed_kl_step_is_not_a_blowup():
+    # k3 = exp(d) - d - 1 with d = ref - logp: one token the reference favours e^9 times over the policy
+    # adds 8000 to a step's sum, so one step read 122.8 nats among steps at 0.3-1.2 in a real collapse
+    # run. A window mean names a blowup: (0.5 * 3 + 120) / 4 = 30.4 > 1; the median stays at 0.5.
+    h = hist(12, kl=[0.5] * 6 + [120.0] + [0.5] * 5)
+    assert diagnose(h, window=W, kinds=["kl_blowup"]) == []
+    assert rolling_means([(s, m["kl"]) for s, m in enumerate(h, 1)], W)[3] == (7, pytest.approx(30.375))
+    # two such steps in one window are a policy that has left the reference
+    h2 = hist(12, kl=[0.5] * 6 + [120.0, 0.5, 120.0] + [0.5] * 3)
+    f = only(diagnose(h2, window=W, kinds=["kl_blowup"]), "kl_blowup")
+    assert f.step == 9 and f.evidence["kl"] == pytest.approx(60.25)  # median(0.5, 120, 0.5, 120)
 
 
 def test_zero_variance_stall_too_hard_and_too_easy_and_not_after_learning():
@@ -215,33 +229,53 @@ RISE_THEN_NOTHING = [0.3, 0.3, 0.3] + [0.0] * 9  # the reward falls to 0 at step
 
 def test_a_push_the_wrong_way_is_named_before_the_drift_it_causes():
     # reward_decline: window means (W=4) 0.225, 0.15, 0.075 at steps 4-6; 0.075 <= 0.4 * 0.3 -> step 6.
-    # kl_blowup: KL 0.2 until step 5, then 4.0: window mean at step 6 = (0.2 * 3 + 4) / 4 = 1.15 -> step 6.
-    # Same step; the reward fell (3-step mean 0.1 <= 0.12 at step 5) while the KL over steps 2-5 was 0.2:
-    # the direction of the update, not its size -> reward_decline first, kl_blowup its consequence.
+    # kl_blowup: KL 0.2 until step 5, then 4.0: window median at step 6 = median(0.2, 0.2, 0.2, 4) = 0.2,
+    # at step 7 = median(0.2, 0.2, 4, 4) = 2.1 -> step 7. The reward fell (3-step mean 0.1 <= 0.12 at
+    # step 5) while the KL over steps 2-5 was 0.2: the direction of the update, not its size ->
+    # reward_decline first, kl_blowup its consequence.
     h = hist(12, reward=RISE_THEN_NOTHING, kl=[0.0, 0.2, 0.2, 0.2, 0.2] + [4.0] * 7)
     found = diagnose(h, window=W)
-    assert order(found) == [("reward_decline", 6, None), ("kl_blowup", 6, "reward_decline")]
+    assert order(found) == [("reward_decline", 6, None), ("kl_blowup", 7, "reward_decline")]
     assert found[0].evidence["reward_fell_at"] == 5
     assert found[0].evidence["kl_while_reward_fell"] == pytest.approx(0.2)
     assert "likely a consequence of reward_decline" in report(found)
 
 
 def test_a_step_that_is_too_large_is_named_before_the_fall_it_causes():
-    # KL 0.9 after each of the first updates (mean over steps 2-5 = 0.9 >= decline_kl_split 0.75), 3.0 from
-    # step 6: window mean at step 6 = (0.9 * 3 + 3) / 4 = 1.425 -> kl_blowup at 6, the same step as the
-    # decline; by PRIORITY alone reward_decline would come first
-    h = hist(12, reward=RISE_THEN_NOTHING, kl=[0.0, 0.9, 0.9, 0.9, 0.9] + [3.0] * 7)
+    # KL 0.9 after the first updates, 3.0 from step 5 (mean over steps 2-5 = (0.9 * 3 + 3) / 4 = 1.425 >=
+    # decline_kl_split 0.75): window median at step 6 = median(0.9, 0.9, 3, 3) = 1.95 -> kl_blowup at 6,
+    # the same step as the decline; by PRIORITY alone reward_decline would come first
+    h = hist(12, reward=RISE_THEN_NOTHING, kl=[0.0, 0.9, 0.9, 0.9] + [3.0] * 8)
     assert order(diagnose(h, window=W)) == [("kl_blowup", 6, None), ("reward_decline", 6, "kl_blowup")]
 
 
 def test_kl_blowup_waits_one_window_for_the_mechanism():
-    # KL 2.0 from step 2: window mean (0 + 2 * 3) / 4 = 1.5 at step 4. Truncations from step 6: window
+    # KL 2.0 from step 2: window median of (0, 2, 2, 2) = 2.0 at step 4. Truncations from step 6: window
     # mean 0.5 at step 7. 7 <= 4 + W, so the KL waits for the length blow-up and is listed as its consequence
     h = hist(12, kl=[0.0] + [2.0] * 11, completions__clipped_ratio=[0.0] * 5 + [1.0] * 7)
     assert order(diagnose(h, window=W)) == [("length_blowup", 7, None), ("kl_blowup", 4, "length_blowup")]
     # truncations that start more than a window later are the consequence of the drift, not its cause
     late = hist(20, kl=[0.0] + [2.0] * 19, completions__clipped_ratio=[0.0] * 12 + [1.0] * 8)
     assert order(diagnose(late, window=W)) == [("kl_blowup", 4, None), ("length_blowup", 14, "kl_blowup")]
+
+
+def test_a_modest_kl_blowup_waits_for_an_entropy_collapse():
+    # A policy collapsed onto one answer sits about a nat per token from the reference, so a collapse
+    # crosses kl_max by itself. KL 1.2 from step 2 (window median 1.2 at step 4, below collapse_kl_max
+    # 1.5); entropy 1.0 -> 0.02 and distinct 0.6 -> 1/8 from step 5, reward 0.1: at step 7 the window
+    # means are entropy (1 + 3 * 0.02) / 4 = 0.265 < 0.5 and distinct (0.6 + 3 / 8) / 4 = 0.244 < 0.35, so
+    # entropy_collapse at 7, within one window (4) of the KL: the collapse is the cause, the KL under it.
+    ent = [1.0] * 4 + [0.02] * 12
+    h = hist(16, kl=[0.0] + [1.2] * 15, entropy=ent, completions__distinct_frac=[0.6] * 4 + [1 / 8] * 12, reward=0.1)
+    found = diagnose(h, window=W, kinds=["kl_blowup", "entropy_collapse"])
+    assert [f.kind for f in found] == ["entropy_collapse", "kl_blowup"]
+    assert found[1].step == 4 and found[1].evidence["kl"] == pytest.approx(1.2)
+    assert found[1].consequence_of == "entropy_collapse" and found[0].step == 7
+    # a step far too large (median 3.0 >= collapse_kl_max) is named first, the collapse under it
+    big = hist(16, kl=[0.0] + [3.0] * 15, entropy=ent, completions__distinct_frac=[0.6] * 4 + [1 / 8] * 12,
+               reward=0.1)
+    found = diagnose(big, window=W, kinds=["kl_blowup", "entropy_collapse"])
+    assert [(f.kind, f.consequence_of) for f in found] == [("kl_blowup", None), ("entropy_collapse", "kl_blowup")]
 
 
 def test_a_stall_at_the_step_the_policy_diverged_is_its_consequence():

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_kit.eval.diagnostics import diagnose, read_history
+from grpo_kit.eval.diagnostics import (
+    diagnose,
+    read_history,
+    rolling_means,
+    rolling_medians,
+)
 from grpo_kit.lab.failures import FAILURES, failure_config, run_failure
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -49,7 +54,7 @@ def test_each_failure_run_is_named_first_with_its_evidence(name):
 
 # Held-out runs: seed 11 (tools/diag_fixtures.py heldout), written after every threshold and ordering
 # rule in diagnostics.py was set; nothing was tuned on them. Each failure's first finding must be its own
-# kind, its fixed run and the healthy demo run must report nothing (one fixed run misses: HELDOUT_MISSES).
+# kind, its fixed run and the healthy demo run must report nothing (misses: HELDOUT_MISSES, HELDOUT_FIRST_MISSES).
 HELDOUT = DATA / "heldout"
 HELDOUT_SEED = 11
 
@@ -67,10 +72,33 @@ def test_held_out_healthy_run_is_quiet():
     assert diagnose(h) == [], [f.summary() for f in diagnose(h)]
 
 
-@pytest.mark.parametrize("name", sorted(FAILURES))
+# A held-out miss from changing kl_blowup's statistic from the window mean to the median (for a
+# collapse run on another CPU whose one step read 122.8 nats), kept as measured, not tuned away.
+HELDOUT_FIRST_MISSES = {
+    "zero_variance_stall_hard": "kl_blowup@20 first: the stalled policy drifts (KL median 1.09) on AdamW's moments"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=HELDOUT_FIRST_MISSES[n], strict=True))
+                                  if n in HELDOUT_FIRST_MISSES else n for n in sorted(FAILURES)])
 def test_held_out_failure_is_named_first(name):
     broken = diagnose(read_history(HELDOUT / f"failure_{name}_s{HELDOUT_SEED}.jsonl"))
     assert broken and broken[0].kind == FAILURES[name].kind, [f.summary() for f in broken]
+
+
+def test_held_out_stall_drifts_without_a_gradient():
+    # Why the stall above is named kl_blowup first: every group is all-equal from step 3 on (gradient
+    # exactly 0, weight_decay 0), yet the KL to the reference climbs from 0.06 to 1.4 nats per token.
+    # AdamW's moment estimates keep applying the one gradient of step 2 (norm 0.19), each parameter's
+    # step normalised to about the learning rate however small that gradient was. Its 20-step window
+    # mean was 0.99 at step 20 and 1.04 at step 21: on the threshold under either statistic.
+    h = read_history(HELDOUT / f"failure_zero_variance_stall_hard_s{HELDOUT_SEED}.jsonl")
+    assert h[1]["grad_norm"] == pytest.approx(0.186344) and all(m["grad_norm"] == 0.0 for m in h[2:])
+    assert all(m["frac_reward_zero_std"] == 1.0 for m in h[2:]) and len(h) == 30
+    cfg = failure_config("zero_variance_stall_hard", seed=HELDOUT_SEED)
+    assert (cfg.weight_decay, cfg.beta, cfg.entropy_coef) == (0.0, 0.0, 0.0)  # nothing else moves the weights
+    assert h[2]["kl"] < 0.1 and min(m["kl"] for m in h[9:]) > 0.99
+    kl = [(m["step"], m["kl"]) for m in h]
+    assert dict(rolling_means(kl, 20))[20] < 1.0 < dict(rolling_medians(kl, 20))[20]
 
 
 # The one held-out miss, kept as measured rather than tuned away: with the jackpot judge (200, p=0.005)
