@@ -155,6 +155,16 @@ if not SMOKE:
         assert table[f"{name} + fix"]["findings"] == [], (name, table[f"{name} + fix"]["findings"])
         assert table[f"{name} + fix"]["final_accuracy"] > table[name]["final_accuracy"], name
 
+# The collapse's KL: its highest window median (the statistic kl_blowup reads) stays near one nat per
+# token, below the level at which a KL blow-up is named before a collapse.
+W, KL_COLLAPSE = diagnostics.DEFAULTS["window"], diagnostics.DEFAULTS["collapse_kl_max"]
+collapse_kl = max((v for _, v in diagnostics.rolling_medians(diagnostics.series(broken.history, "kl"), W)),
+                  default=float("nan"))
+print(f"entropy_collapse: highest {W}-step median KL {collapse_kl:.2f} nats per token")
+record("collapse_kl_max_median", collapse_kl)
+if not SMOKE:
+    assert 0.5 < collapse_kl < KL_COLLAPSE, collapse_kl
+
 # %% [markdown]
 # ## Try this
 # - Re-run the broken collapse config with `entropy_coef=0.01` (`run_failure("entropy_collapse",

@@ -183,11 +183,12 @@ DEFAULTS_MEASURED = {
                "largest |advantage| 2.47 (group z-scores, G=8) or 0.875 (Dr. GRPO); "
                "reward_spike run: z 14.6, reward_std ratio 24.9, |advantage| 30 (step 25); grad_explosion run: "
                "z 22, ratio 75, |advantage| 150; their fixes (group z-scores, G=4) bound it at 1.5",
-    "kl_max": "healthy: window-median KL at most 0.46 (raw single steps up to 3.7, GSPO); kl_blowup run 3.5, "
-              "sign_error 3.3, length_blowup 4.1, reward_hacking 4.8 (step 20); entropy_collapse runs reach "
-              "0.84-1.09 as they collapse (seeds 0, 5, 7; seed 7 and seed 0 at one thread cross 1.0 at "
-              "steps 85 and 67, after the collapse at 62-63), one with a single step at 122.8 (seed 0, "
-              "step 31: a window mean of 6.9 named a blowup that was one heavy-tailed k3 sample)",
+    "kl_max": "healthy: window-median KL at most 0.46 (raw single steps up to 3.7, GSPO); at step 20 the "
+              "kl_blowup run 1.87, sign_error 2.57, length_blowup 1.89, reward_hacking 1.81 (their highest "
+              "3.5, 3.3, 4.1, 4.8); entropy_collapse runs reach 0.84-1.09 (seeds 0, 5, 7; seed 7 crosses 1.0 "
+              "at step 85, after collapsing at 62; seed 0 at one thread at step 67, before collapsing at 86), "
+              "one with a single step at 122.8 (seed 0, step 31: a window mean of 6.9 named a blowup that was "
+              "one heavy-tailed k3 sample)",
     "collapse_kl_max": "window-median KL at the step kl_blowup fires: kl_blowup, length_blowup, reward_hacking and "
                        "sign_error runs 1.81-2.57 (step 20; seed 11: 1.76-3.48); entropy_collapse runs 1.01-1.04 "
                        "(steps 67 and 85)",
