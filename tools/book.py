@@ -45,7 +45,7 @@ SMOKE_NOTE = ("> **Smoke run.** This page was executed with `SMOKE = True`: a sh
 
 def source_notebooks(source_dir: Path = NOTEBOOKS, names: list[str] | None = None) -> list[Path]:
     """The notebooks of the book, in order (``NN_name.ipynb``), or only those named (stems)."""
-    found = sorted(Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(Path(source_dir).glob("[0-9][0-9]*_*.ipynb"))
     if names is not None:
         found = [p for p in found if p.stem in names]
         missing = set(names) - {p.stem for p in found}

@@ -4,7 +4,7 @@ notebook's claims, checked when papermill runs it).
 The names below are what the notebooks use; import a module for the rest.
 """
 from grpo_kit.view.dashboard import Dashboard, compare_runs
-from grpo_kit.view.nbtools import record
+from grpo_kit.view.nbtools import record, smoke_banner
 from grpo_kit.view.plotting import (
     plot_advantage_bars,
     plot_buckets_vs_groups,
@@ -14,5 +14,5 @@ from grpo_kit.view.plotting import (
 )
 from grpo_kit.view.widgets import advantage_sliders, redraw_on_change
 
-__all__ = ["Dashboard", "compare_runs", "record", "plot_advantage_bars", "plot_buckets_vs_groups", "plot_history",
+__all__ = ["Dashboard", "compare_runs", "record", "smoke_banner", "plot_advantage_bars", "plot_buckets_vs_groups", "plot_history",
            "plot_vs_theory", "smooth", "advantage_sliders", "redraw_on_change"]

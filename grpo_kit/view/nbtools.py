@@ -41,6 +41,27 @@ def record(name: str, value) -> None:
         display({MIME: {"name": name, "json": text}, "text/plain": f"{name} = {value!r}"}, raw=True)
 
 
+SMOKE_TEXT = ("**Smoke mode** (`SMOKE = True`): every run here is cut short so the notebook finishes in about a "
+              "minute and checks its mechanics. The accuracies and curves it prints are not results: a short run "
+              "can end *below* the base model. The notebook's conclusions are asserted only in a full run "
+              "(`SMOKE = False`).")
+
+
+def smoke_banner(smoke: bool) -> None:
+    """Say at the top of a notebook run in smoke mode that its numbers are not results (shows nothing otherwise)."""
+    if not smoke:
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(Markdown("> " + SMOKE_TEXT))
+    else:
+        print(SMOKE_TEXT.replace("**", "").replace("`", "").replace("*", ""))
+
+
 def read_records(path: str | Path) -> dict:
     """Every value recorded in an executed notebook, by name (a later record wins).
 

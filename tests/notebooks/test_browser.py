@@ -34,7 +34,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 ARTIFACTS = Path(os.environ.get("GRPO_KIT_BROWSER_ARTIFACTS", ROOT / "runs" / "browser"))
 # GRPO_KIT_BROWSER_ONLY="00,02" runs only the notebooks whose names start with those prefixes (for debugging)
 ONLY = [p for p in os.environ.get("GRPO_KIT_BROWSER_ONLY", "").split(",") if p]
-NOTEBOOKS = [nb for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = [nb for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
              if not ONLY or any(nb.name.startswith(p) for p in ONLY)]
 RUN_TIMEOUT_S = float(os.environ.get("GRPO_KIT_BROWSER_TIMEOUT", 600))  # one notebook's run-all, smoke mode
 STOP_NOTEBOOK = "zz_dashboard_stop.ipynb"

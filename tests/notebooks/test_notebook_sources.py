@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = ROOT / "notebooks"
-SOURCES = sorted(NB.glob("[0-9][0-9]_*.py"))
+SOURCES = sorted(NB.glob("[0-9][0-9]*_*.py"))
 IDS = [p.stem for p in SOURCES]
 
 
@@ -30,7 +30,7 @@ def sync_command(py: Path) -> str:
 
 
 def test_every_notebook_has_a_source_and_back():
-    notebooks = sorted(p.stem for p in NB.glob("[0-9][0-9]_*.ipynb") if not p.stem.endswith(".out"))
+    notebooks = sorted(p.stem for p in NB.glob("[0-9][0-9]*_*.ipynb") if not p.stem.endswith(".out"))
     assert len(SOURCES) >= 4, "the notebook sources notebooks/NN_name.py are missing"
     assert notebooks == IDS, f"notebooks without a source or sources without a notebook: {set(notebooks) ^ set(IDS)}"
 

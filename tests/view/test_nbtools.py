@@ -38,3 +38,13 @@ def test_notebooks_executed_before_json_records_still_read(tmp_path):
     path = tmp_path / "old.ipynb"
     path.write_text(json.dumps(nb))
     assert read_records(path) == {"acc": 0.5}
+
+
+def test_smoke_banner_says_numbers_are_not_results_only_in_smoke_mode(capsys):
+    from grpo_kit.view import smoke_banner
+
+    smoke_banner(False)
+    assert capsys.readouterr().out == ""
+    smoke_banner(True)
+    out = capsys.readouterr().out
+    assert "Smoke mode" in out and "not results" in out and "SMOKE = False" in out
