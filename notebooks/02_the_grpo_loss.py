@@ -11,10 +11,15 @@
 #
 # The loss that GRPO minimises, per completion token t of completion i (DeepSeekMath eq. 3):
 #
-# $$L_{i,t} = -\min\big(r_{i,t} A_i,\ \mathrm{clip}(r_{i,t}, 1-\epsilon, 1+\epsilon_{high}) A_i\big) + \beta\, \mathrm{KL}_{i,t},
-# \qquad r_{i,t} = \frac{\pi_\theta(o_{i,t}\mid\cdot)}{\pi_{old}(o_{i,t}\mid\cdot)}$$
+# $$L_{i,t} = -\min\big(\rho_{i,t} A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon_{\text{clip}}, 1+\varepsilon_{\text{high}}) A_i\big) + \beta\, \mathrm{KL}_{i,t},
+# \qquad \rho_{i,t} = \frac{\pi_\theta(o_{i,t}\mid\cdot)}{\pi_{old}(o_{i,t}\mid\cdot)}$$
 #
-# and the per-token losses are then **aggregated** into one number.
+# and the per-token losses are then **aggregated** into one number. ρ is the importance ratio, A
+# the advantage, β the KL coefficient ([00b](00b_from_reinforce_to_grpo.ipynb) derives each piece
+# on a policy small enough to check by hand; [the reference card](REFERENCE.md) lists the notation).
+#
+# **The question:** what does each piece of this loss do to the gradient, and do the published
+# variants that change those pieces all still train?
 #
 # **What you will learn**, one piece at a time:
 # 1. the clipped objective as a function of the ratio, and where its gradient is zero (sliders);
@@ -51,13 +56,14 @@ import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, setup, train
 from grpo_kit.core import losses as L
-from grpo_kit.view import Dashboard, record, redraw_on_change, smooth
+from grpo_kit.view import Dashboard, record, redraw_on_change, smoke_banner, smooth
 from IPython.display import display
 
 if SMOKE:
     KL_SAMPLES, LENGTH_STEPS, COMPARE_STEPS, EVAL_SIZE, THREADS, SEEDS = 20_000, 2, 2, 20, 1, SEEDS[:2]
 torch.manual_seed(SEED)
 torch.set_num_threads(THREADS)
+smoke_banner(SMOKE)
 
 # %% [markdown]
 # ## 1. The clipped objective
@@ -363,6 +369,35 @@ else:
           f"({base_acc:.1%} -> worst seed {min(r['min'] for r in summary.values()):.1%})")
 
 # %% [markdown]
+# ## Summary
+# - GRPO's per-token loss is −min(ρA, clip(ρ, 1 − ε_clip, 1 + ε_high) A) + β KL: the clip makes a
+#   token's gradient exactly zero once its ratio has moved past the trust region in the direction
+#   its advantage asks for, and never in the other direction.
+# - The KL term is estimated from the sampled tokens: k1 is unbiased but often negative, k2 is
+#   biased at large KL, k3 is unbiased and never negative (the kit's default).
+# - The aggregation sets each token's weight: averaging per completion (`grpo`) gives a token of
+#   a short answer more weight than one of a long answer; `dapo` and `dr_grpo` weigh every token alike.
+# - The four published variants differ in a few config fields; the full run checks that each one
+#   trains (beats the base with every seed), not that one beats another.
+#
+# ## Questions
+# 1. A token has A > 0 and ρ = 1.3 with ε_clip = 0.2. What is its gradient? And if A < 0?
+# 2. The KL is never negative. Why can the k1 estimate of one token be negative?
+# 3. In one batch, a completion has 4 tokens and another 16. Under `grpo` aggregation, whose tokens
+#    weigh more? Under `dapo`?
+# 4. Which of the four variants is pulled back toward the reference model, and by which field?
+#
+# <details><summary>Answers</summary>
+#
+# 1. Zero: the token has already moved far enough in the direction its advantage asks. With A < 0
+#    the min picks the unclipped term and the gradient pushes the token down.
+# 2. k1 = log π_θ − log π_ref of the sampled token: negative whenever the reference likes that token
+#    more than the policy does. Only its average over samples is the KL.
+# 3. Under `grpo`, the 4-token completion's: each completion's tokens share weight 1/(B·|o_i|).
+#    Under `dapo` every token in the batch weighs the same.
+# 4. `grpo_kl`, with `beta = 0.04`; the others set β = 0 and only log the KL.
+# </details>
+#
 # ## Exercises
 # 1. Why does GSPO need an epsilon about a thousand times smaller than GRPO's?
 # 2. Look at the dashboard's KL panel: which variant stays closest to the reference, and why?

@@ -22,6 +22,9 @@
 # 5. how to train the tiny model from *offline* ranked groups (generated beforehand by
 #    `grpo-kit pregen`), and how that compares with online GRPO.
 #
+# **The question:** GRPO needs a number per answer; where can that number come from, and what can
+# go wrong on the way?
+#
 # **How long it takes**: 72 s with the default parameters (three training runs), 10 s with
 # `SMOKE = True` (run headless on 2 quiet CPU cores).
 
@@ -51,11 +54,12 @@ from grpo_kit.data import DATASETS_DIR, heldout_split
 from grpo_kit.lab import train_offline
 from grpo_kit.rewards import judges as J
 from grpo_kit.rewards import pairwise as PW
-from grpo_kit.view import Dashboard, record
+from grpo_kit.view import Dashboard, record, smoke_banner
 
 if SMOKE:
     OFFLINE_STEPS, EVAL_SIZE, THREADS = 6, 50, 1
 torch.set_num_threads(THREADS)
+smoke_banner(SMOKE)
 
 # %% [markdown]
 # ## 1. Rule judges on real-looking answers
@@ -238,6 +242,35 @@ else:
           f"{same_answers:.1%}, with the same updates {same_updates:.1%}")
 
 # %% [markdown]
+# ## Summary
+# - A rule judge reads the final answer out of free text and compares it with the expected one; it
+#   never executes what the model wrote.
+# - Comparisons inside a group make a G × G preference matrix; a contradictory one is rejected with
+#   the pair named; each answer's win rate against the others is its advantage; ties and soft
+#   labels fit the same matrix.
+# - A majority vote of judges that are each consistent can cycle: the ensemble holds a view that no
+#   member holds.
+# - Ranked groups recorded offline can train the model; online GRPO keeps sampling the current
+#   model's mistakes (the full run compares both at equal judged answers and at equal updates).
+#
+# ## Questions
+# 1. Why does a rule judge extract and compare the number instead of evaluating the answer's text?
+# 2. Three judges each rank A, B and C consistently. Give rankings whose majority vote is a cycle.
+# 3. What win-rate advantage does an answer get that beats every other answer in its group?
+# 4. Offline against online was compared twice: at the same number of judged answers and at the same
+#    number of updates. What does each comparison hold fixed, and why do they disagree?
+#
+# <details><summary>Answers</summary>
+#
+# 1. The text comes from a model: evaluating it would run whatever it wrote (the last example of
+#    section 1 is such a text, and the judge only reads its final number).
+# 2. A > B > C, B > C > A and C > A > B: A beats B twice, B beats C twice, C beats A twice.
+# 3. +1: it wins all G − 1 comparisons, and the win rate is (wins − losses) / (G − 1).
+# 4. Equal judged answers holds fixed what generating and judging cost; equal updates holds fixed the
+#    optimizer steps. Offline data is cheap per update but is used up; online sampling keeps finding
+#    the current model's mistakes, so with enough updates it wins.
+# </details>
+#
 # ## Exercises
 # 1. Why can the offline data stop helping after a while, when online GRPO keeps improving?
 # 2. Set `NLL_COEF = 0` and re-run section 5. What happens to held-out accuracy, and why?
@@ -267,5 +300,5 @@ print("win-rate advantages:", [round(v, 3) for v in wr3.tolist()])
 assert abs(float(wr3[1]) - 2 / 3) < 1e-6 and abs(float(wr3[0]) + 1) < 1e-6
 
 # %% [markdown]
-# **Next:** back to the [index of notebooks](README.md), with the half-day workshop path and what
-# each notebook asserts.
+# **Next:** [04 · Curriculum group sizes](04_curriculum_group_sizes.ipynb): how many answers to
+# sample per prompt, and whether to change that number during training, at a fixed budget.

@@ -23,6 +23,10 @@
 # A learned judge (a reward model trained on preference pairs with the Bradley-Terry loss, as
 # in InstructGPT, Ouyang et al. 2022) plugs in as `learned:DIR`, as a reward or as a pairwise judge.
 #
+# **The question:** when does an answer's advantage gain from more than its one reward (its rank
+# against the others, a score per step, a value per token, a judge that was itself trained), at
+# the same number of generated completions?
+#
 # **What you will learn**
 # 1. When a pairwise judge adds nothing: built from a scalar reward it gives exactly the
 #    centred rank of that reward (computed and checked here, not just claimed).
@@ -68,12 +72,13 @@ import pandas as pd
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
 from grpo_kit.core import compute_advantages, pairwise_winrate, rank_based
+from grpo_kit.core.advantages import hybrid_gae, hybrid_gae_terms, process_advantages
 from grpo_kit.data import DATASETS_DIR, get_task
 from grpo_kit.eval import columns_of, greedy_accuracy
 from grpo_kit.loop import beyond_scalar
 from grpo_kit.model import sample_groups
 from grpo_kit.rewards import exact_answer, learned_judge, load_preference_groups
-from grpo_kit.view import Dashboard, record, redraw_on_change, smooth
+from grpo_kit.view import Dashboard, record, redraw_on_change, smoke_banner, smooth
 from IPython.display import Markdown, display
 
 if SMOKE:
@@ -81,6 +86,7 @@ if SMOKE:
     JUDGE_STEPS, THREADS = 3, 1
 T0 = time.time()
 torch.set_num_threads(THREADS)
+smoke_banner(SMOKE)
 
 # %% [markdown]
 # ## 1. When a pairwise judge adds nothing
@@ -334,9 +340,22 @@ for s in SEEDS:
     print(f"seed {s}: judge score {b_score:+.2f} -> {f_score:+.2f}, accuracy {b_acc:.1%} -> {f_acc:.1%}; "
           f"final answers (text, right, score): {examples[:4]}")
 hacked = [s for s, h in hack.items() if h["final_score"] > h["base_score"] and h["final_acc"] < h["base_acc"]]
-print(f"the judge's score rose while accuracy fell for {len(hacked)} of {len(SEEDS)} seeds"
-      + (": the policy learned what the judge likes, not what is right" if hacked else ""))
+d_score = np.array([h["final_score"] - h["base_score"] for h in hack.values()])  # (seeds,) change of the judge's score
+d_acc = np.array([h["final_acc"] - h["base_acc"] for h in hack.values()])        # (seeds,) change of accuracy
+
+
+def two_se_above_zero(x):
+    """The mean is more than twice its standard error above 0 (never with one seed: no spread to judge by)."""
+    return len(x) > 1 and x.mean() > 2 * x.std(ddof=1) / math.sqrt(len(x))
+
+
+# the verdict "hacked" needs both moves above the noise over seeds, the rule of the table above
+hacking_verdict = "hacked" if two_se_above_zero(d_score) and two_se_above_zero(-d_acc) else "no clear sign of hacking"
+print(f"the judge's score rose while accuracy fell for {len(hacked)} of {len(SEEDS)} seeds; over seeds the score "
+      f"moved {d_score.mean():+.2f} and accuracy {d_acc.mean():+.1%}: {hacking_verdict}"
+      + (" (the policy learned what the judge likes, not what is right)" if hacking_verdict == "hacked" else ""))
 record("learned_judge_hacking", {str(s): h for s, h in hack.items()})
+record("learned_judge_hacking_verdict", hacking_verdict)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(13, 4), constrained_layout=True)
@@ -354,6 +373,15 @@ plt.show()
 
 # %% [markdown]
 # ## 5. What the GAE mix weight means after normalisation
+#
+# First, what the value head is. A **critic** (or value function) predicts the reward a situation
+# will lead to: here, from each prefix of a completion, the reward the finished answer will get.
+# PPO uses one as its baseline; GRPO drops it and uses the group's mean reward instead
+# ([00b](00b_from_reinforce_to_grpo.ipynb), section 7, measures what that costs). `hybrid_gae`
+# brings one back: a linear head on the policy's last hidden state, trained in the loop by
+# regression on the returns. Its gift is a value per *token*: GAE (Schulman et al. 2016) turns the
+# changes of V along an answer into per-token advantages, so the tokens where the prediction rose
+# or fell get more credit or blame than the rest.
 #
 # `hybrid_gae` adds two terms that need not be on the same scale: the group term r_i - mean_g r
 # (reward units, std at most 0.5 for 0/1 rewards; with `scale_rewards='group'` a z-score, std 1)
@@ -434,7 +462,33 @@ plt.show()
 # `process/step_score_mean` is the fraction of right steps (column sums and the final answer),
 # `process/steps_mean` the steps per completion. A process reward pays for right column sums even
 # in a completion whose final answer is wrong, so it gives a signal in groups where every final
-# answer is wrong (or right) and plain GRPO's advantage is 0.
+# answer is wrong (or right) and plain GRPO's advantage is 0. Here is one such group, by hand:
+# four answers to `47+85=` on the scratchpad task (the column sums, then the reversed result;
+# the right one is `12 13|231`), every final answer wrong, with 2, 1, 1 and 0 right column sums.
+# The shipped step judge scores each step; `process_advantages` (the function the `process`
+# estimator calls) turns the step scores into per-character advantages here, since each step's
+# end is a character position.
+
+# %%
+wrong_group = ["12 13|230", "12 14|230", "11 13|239", "10 10|200"]
+steps_by_hand = [beyond_scalar.column_sum_steps("47+85=", t, scratchpad=True) for t in wrong_group]
+for t, st in zip(wrong_group, steps_by_hand, strict=True):
+    print(f"{t}: step scores {[sc for sc, _ in st]} (each step ends before character {[e for _, e in st]})")
+step_r = torch.tensor([[sc for sc, _ in st] for st in steps_by_hand])            # (G, S) step scores
+step_e = torch.tensor([[e - 1 for _, e in st] for st in steps_by_hand])          # (G, S) index of each step's last character
+final_right = step_r[:, -1:].T                                                   # (1, G) the final answer's step
+grpo_adv = compute_advantages(final_right, "group")                              # (1, G) plain GRPO
+proc_adv = process_advantages(step_r, step_e, len(wrong_group[0]))              # (G, T) per character
+print("plain GRPO advantages:", grpo_adv[0].tolist())
+print("process advantage of each answer's first character:", [round(v, 3) for v in proc_adv[:, 0].tolist()])
+assert final_right.sum() == 0 and (grpo_adv == 0).all()                          # no final answer right: no signal
+assert (proc_adv[:, 0] != 0).all()                                               # ... the process judge still has one
+assert proc_adv[0, 0] > proc_adv[1, 0] > proc_adv[3, 0] and proc_adv[2, 0] > proc_adv[3, 0]  # more right steps, more credit
+record("process_by_hand", {"grpo": grpo_adv[0].tolist(), "process_first_token": proc_adv[:, 0].tolist()})
+
+# %% [markdown]
+# The runs: how often the process judge found right steps, and how many groups had final answers
+# all alike (where plain GRPO has no signal).
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), constrained_layout=True)
@@ -492,6 +546,36 @@ record("wall_seconds", time.time() - T0)
 print(f"notebook ran in {time.time() - T0:.0f} s")
 
 # %% [markdown]
+# ## Summary
+# - An advantage can be made from more than one reward per answer, each with one config field:
+#   win rates from a pairwise judge, scores per step, a value per token (GAE), a learned judge.
+# - A pairwise judge built from a scalar reward adds nothing: it gives exactly the centred rank of
+#   that reward, and the correctness rule exactly G/(G−1) times plain GRPO's advantage.
+# - A process judge gives a signal in groups whose final answers are all wrong, where plain GRPO
+#   has none; a value head gives each token its own advantage.
+# - A judge that was trained can be learned by the policy instead of the task: check it against the
+#   true answers. The table's verdicts, not this summary, say which variant helped at this budget.
+#
+# ## Questions
+# 1. A pairwise judge compares two answers by their 0/1 correctness. What advantage does it give,
+#    compared with plain GRPO's?
+# 2. In a group where every final answer is wrong, which estimators of this notebook still move the
+#    policy, and why?
+# 3. What is a critic, and what does GRPO use in its place?
+# 4. The learned judge's score rose while held-out accuracy fell. What happened, and what in this
+#    notebook tells it apart from a judge that is right?
+#
+# <details><summary>Answers</summary>
+#
+# 1. G/(G − 1) times plain GRPO's (mean-centred) advantage: the same direction, a constant scale.
+# 2. `process` (right column sums earn credit), `hybrid_gae` (the value head's GAE part does not
+#    vanish with the group's spread) and a pairwise judge that compares more than correctness (the
+#    closeness rule, a learned judge); plain `grpo` and a correctness-only pairwise judge give 0.
+# 3. A model of the expected reward from a state (a prefix); GRPO uses the group's mean reward.
+# 4. The policy found answers the judge likes that are wrong (reward hacking); the held-out
+#    accuracy, measured by the rule judge beside the learned one, shows it.
+# </details>
+#
 # ## Exercises
 #
 # 1. **An ensemble.** Train with `pairwise_judges=["closeness", f"learned:{JUDGE_DIR}"]` and
@@ -532,12 +616,28 @@ print(f"notebook ran in {time.time() - T0:.0f} s")
 # ```
 
 # %% [markdown]
+# **Solution to 4** (the next cell): with one group of two completions, by hand.
+
+# %% jupyter={"source_hidden": true}
+# Solution to exercise 4: w = 1 is plain GRPO's advantage on every token; w = 0 is GAE alone.
+rewards4 = torch.tensor([[1.0, 0.0]])                        # (P=1, G=2) one right, one wrong
+values4 = torch.tensor([[[0.2, 0.4, 0.6], [0.2, 0.1, 0.0]]])  # (1, 2, T=3) a value head's predictions
+mask4 = torch.ones(1, 2, 3, dtype=torch.bool)
+grp4, gae4, _ = hybrid_gae_terms(rewards4, values4, mask4)   # (1, 2, 3) each
+assert torch.allclose(hybrid_gae(rewards4, values4, mask4, w=1.0), grp4)
+assert torch.allclose(hybrid_gae(rewards4, values4, mask4, w=0.0), gae4)
+assert torch.allclose(grp4[0, :, 0], compute_advantages(rewards4, "group")[0])  # the group term is plain GRPO's
+print("w = 1:", hybrid_gae(rewards4, values4, mask4, w=1.0)[0].tolist())
+print("w = 0:", hybrid_gae(rewards4, values4, mask4, w=0.0)[0].tolist())
+
+# %% [markdown]
 # **The shipped step judge**, for reading:
 
 # %%
 print(inspect.getsource(beyond_scalar.column_sum_steps))
 
 # %% [markdown]
-# **Next:** every field used here works from YAML in `grpo-kit train --config`
-# (`advantage_estimator`, `pairwise_judges`, `step_judge`, `hybrid_weight`, `value_lr`), and
-# `grpo-kit serve-judge` serves any of these judges over HTTP for another trainer.
+# **Next:** [09 · From the toy to a real model](09_from_toy_to_real.ipynb). Every field used here
+# works from YAML in `grpo-kit train --config` (`advantage_estimator`, `pairwise_judges`,
+# `step_judge`, `hybrid_weight`, `value_lr`), and `grpo-kit serve-judge` serves any of these
+# judges over HTTP for another trainer.

@@ -8,6 +8,8 @@ shapes on the lines that make them.
 - ``losses``: the clipped surrogate, the KL estimators, the aggregations, and ``grpo_loss``.
 - ``preferences``, ``ensembles``: preference matrices and their checks; ensembles of scores.
 - ``metrics``: what a step logs, computed from tensors.
+- ``reinforce``: the policy gradient on a categorical policy small enough to differentiate exactly:
+  the score-function estimate, baselines, and the (G - 1) / G bias of GRPO's group mean.
 
 The names below are what the notebooks use; import a module for the rest.
 """

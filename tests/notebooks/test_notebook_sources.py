@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -107,3 +108,45 @@ def test_parameters_cell_honours_the_smoke_environment_variable(py):
     assert 'os.environ.get("GRPO_KIT_SMOKE") == "1"' in cell and "SMOKE = SMOKE or" in cell, (
         f"{py.name}: its parameters cell does not read GRPO_KIT_SMOKE; add "
         f"SMOKE = SMOKE or os.environ.get(\"GRPO_KIT_SMOKE\") == \"1\" after SMOKE = False")
+
+
+# ------------------------------------------------------------------ every notebook ends the same way
+def _section(text: str, heading: str) -> list[str]:
+    """The comment lines of a markdown section ``# ## heading`` up to the next heading or cell."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == f"# ## {heading}"]
+    if not starts:
+        return []
+    out = []
+    for line in lines[starts[0] + 1:]:
+        if line.startswith("# ## ") or line.startswith("# %%") or line.startswith("# <details>"):
+            break
+        out.append(line)
+    return out
+
+
+def _hidden_code_cells(text: str) -> list[str]:
+    """The code cells collapsed in JupyterLab (``# %% jupyter={"source_hidden": true}``, not markdown)."""
+    cells = re.split(r"^# %%", text, flags=re.M)
+    return [c for c in cells if c.startswith(' jupyter={"source_hidden": true}')]
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_each_notebook_opens_and_ends_like_the_series(py):
+    """The smoke banner at the top; a Summary of 3-5 bullets; 3-5 questions; an exercise whose worked
+    solution is a collapsed code cell that asserts; a Next link to the following notebook (the last
+    one back to the index), so the chain reaches every notebook in order."""
+    text = py.read_text()
+    name = py.name
+    assert "smoke_banner(SMOKE)" in text, f"{name}: call smoke_banner(SMOKE) after the imports"
+    bullets = [line for line in _section(text, "Summary") if line.startswith("# - ")]
+    assert 3 <= len(bullets) <= 5, f"{name}: a '# ## Summary' of 3-5 bullets ('# - '), found {len(bullets)}"
+    questions = [line for line in _section(text, "Questions") if re.match(r"# \d+\. ", line)]
+    assert 3 <= len(questions) <= 5, f"{name}: a '# ## Questions' section of 3-5 numbered questions, found {len(questions)}"
+    assert re.search(r"^# ## Exercises?\b", text, flags=re.M), f"{name}: an '# ## Exercises' section"
+    solutions = [c for c in _hidden_code_cells(text) if re.search(r"^\s*assert ", c, flags=re.M)]
+    assert solutions, f"{name}: a worked solution in a collapsed code cell that asserts its answer"
+    links = re.findall(r"\*\*Next:\*\* \[[^\]]*\]\(([^)#]+)", text)
+    i = IDS.index(py.stem)
+    want = f"{IDS[i + 1]}.ipynb" if i + 1 < len(IDS) else "README.md"
+    assert links and links[-1] == want, f"{name}: its last '**Next:** [...](...)' link must go to {want}, got {links[-1:]}"

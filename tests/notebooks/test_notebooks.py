@@ -120,3 +120,38 @@ def test_judges_and_preferences_full(tmp_path):
     assert v["offline_accuracy"] > v["base_accuracy"]
     assert v["offline_accuracy"] > v["online_same_samples_accuracy"]
     assert v["online_same_updates_accuracy"] > v["offline_accuracy"]
+
+
+# ------------------------------------------------------------------ 00b from REINFORCE to GRPO
+def check_reinforce(v):
+    assert v["autograd_gap"] < 1e-6 and max(v["reinforce_z"]) < 4
+    assert v["baseline_total_variance"]["none"] > 2.5 * v["baseline_total_variance"]["loo"]
+    assert abs(v["baseline_scale"]["mean"] - 7 / 8) < 0.02 and abs(v["baseline_scale"]["loo"] - 1) < 0.02
+    assert v["off_policy_z"]["with_rho"] < 4 < 10 < v["off_policy_z"]["without_rho"]
+    variances = [var for _, var in v["off_policy_variance_by_kl"]]
+    assert variances == sorted(variances) and len(set(variances)) == 4
+    c, u = v["clip_table"]["clipped"], v["clip_table"]["no clip"]
+    assert u["mean_kl"] > 5 * c["mean_kl"] and u["worst_5pct_dJ"] < min(3 * c["worst_5pct_dJ"], -0.05)
+    kl = v["kl_table"]
+    assert kl["0.05"]["KL"] > kl["0.2"]["KL"] > kl["1.0"]["KL"] and max(t["gap_to_closed_form"] for t in kl.values()) < 1e-3
+    ratio = v["critic_ratio"]
+    assert ratio["2"] > 1.5 and ratio["8"] < 1.3 and ratio["32"] < 1.15   # the group mean nears a perfect critic
+    eps = v["exercise_clip_by_eps"]
+    assert eps["0.1"][0] < eps["0.2"][0] < eps["0.4"][0]
+
+
+@pytest.mark.notebook
+@pytest.mark.headless
+def test_from_reinforce_to_grpo_smoke(tmp_path):
+    check_reinforce(run("00b_from_reinforce_to_grpo", tmp_path, SMOKE, timeout=300))
+
+
+@pytest.mark.notebook
+@pytest.mark.full
+def test_from_reinforce_to_grpo_full(tmp_path):
+    v = run("00b_from_reinforce_to_grpo", tmp_path, {}, timeout=600)
+    check_reinforce(v)
+    # the full run's 200000 samples: k3's sample mean agrees with the exact KL at beta 0.2 and 1
+    for beta in ("0.2", "1.0"):
+        t = v["kl_table"][beta]
+        assert abs(t["k3_mean"] - t["KL"]) < 4 * t["k3_se"]
