@@ -5,7 +5,8 @@ The pages come from executed notebooks: ``make test-full`` keeps each full run i
 parameters, into build/executed/; with ``--smoke-missing`` (``make book BOOK_SMOKE=1``) it is run in
 smoke mode instead, into build/executed-smoke/, and its page opens with a note that its numbers are a
 smoke run, not results. The home page is notebooks/README.md (its table links to the notebook pages);
-the project README is a page too. Figures are PNGs inside the pages, the math is typeset by a copy
+the reference card (notebooks/REFERENCE.md), the project README and its reference pages (docs/*.md)
+are pages too, their links rewritten to point inside the site. Figures are PNGs inside the pages, the math is typeset by a copy
 of MathJax in the site, and the theme uses system fonts: neither the build nor a page fetches anything.
 
     python tools/book.py [--executed build/executed] [--out build/book] [--smoke-missing]
@@ -52,6 +53,13 @@ def source_notebooks(source_dir: Path = NOTEBOOKS, names: list[str] | None = Non
         if missing:
             raise FileNotFoundError(f"no such notebook in {source_dir}: {sorted(missing)}")
     return found
+
+
+def kit_page(text: str) -> str:
+    """A markdown page of the repository (README.md or docs/*.md) with its links rewritten for the site's
+    ``kit/`` folder: ``docs/X.md`` -> ``X.md``, ``notebooks/X`` -> ``../X``, ``docs/img/`` -> ``img/``."""
+    text = re.sub(r"\]\(docs/", "](", text)
+    return re.sub(r"\]\(notebooks/(README\.md)?", lambda m: "](../" + ("index.md" if m.group(1) else ""), text)
 
 
 def is_smoke_run(nb: dict) -> bool:
@@ -122,7 +130,8 @@ def mkdocs_config(docs: Path, out_dir: Path, pages: list[str]) -> dict:
         # no search plugin: its index loads in a web worker, which a page opened from disk cannot start
         "plugins": [{"mkdocs-jupyter": {"include": ["*.ipynb"], "execute": False, "include_requirejs": False,
                                         "theme": "light", "cache": False, "custom_mathjax_url": MATHJAX_URL}}],
-        "nav": [{"Home": "index.md"}, {"Notebooks": pages}, {"About the kit": "kit.md"}],
+        "nav": [{"Home": "index.md"}, {"Notebooks": pages}, {"Reference card": "REFERENCE.md"},
+                {"About the kit": ["kit/index.md"] + [f"kit/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))]}],
     }
 
 
@@ -140,7 +149,12 @@ def build(executed_dir: str | Path, out_dir: str | Path, smoke_missing: bool = F
         docs.mkdir()
         # the home page hides its table of contents: the notebook table gets the room
         (docs / "index.md").write_text("---\nhide:\n  - toc\n---\n" + (NOTEBOOKS / "README.md").read_text())
-        (docs / "kit.md").write_text((ROOT / "README.md").read_text())
+        (docs / "REFERENCE.md").write_text((NOTEBOOKS / "REFERENCE.md").read_text())
+        (docs / "kit").mkdir()
+        (docs / "kit" / "index.md").write_text(kit_page((ROOT / "README.md").read_text()))
+        for page in sorted((ROOT / "docs").glob("*.md")):
+            (docs / "kit" / page.name).write_text(kit_page(page.read_text()))
+        shutil.copytree(ROOT / "docs" / "img", docs / "kit" / "img")
         (docs / "extra.css").write_text(EXTRA_CSS)
         pages = []
         for src in source_notebooks(names=names):

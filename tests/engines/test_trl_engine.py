@@ -123,12 +123,11 @@ def test_other_processes_of_a_launch_leave_the_run_folder_to_process_0(tmp_path,
 
 
 def graduation_commands() -> list[list[str]]:
-    """The command lines of the README's "Graduating to many GPUs" section, split as a shell would."""
+    """The command lines of docs/graduating.md (the README links it), split as a shell would."""
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("## Graduating to many GPUs", 1)[1].split("\n## ", 1)[0]
+    section = (Path(__file__).resolve().parents[2] / "docs" / "graduating.md").read_text()
     lines = [line for block in section.split("```")[1::2] for line in block.splitlines()
              if line.strip() and not line.startswith("#")]
     return [[w for w in shlex.split(line) if not w.startswith("CUDA_VISIBLE_DEVICES=")] for line in lines]

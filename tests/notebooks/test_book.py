@@ -70,7 +70,7 @@ def test_book_pages_link_and_show_their_figures(tmp_path):
         page.route("**/*", only_local)
         page.goto(base + "index.html", wait_until="load")
         table = page.locator("article table").first
-        assert table.locator("tr").count() == 11  # the header and one row per notebook
+        assert table.locator("tr").count() == 1 + len(book.source_notebooks())  # the header and one row per notebook
         assert "Group normalisation" in table.inner_text()
         page.screenshot(path=str(ARTIFACTS / "book_index.png"))
 
@@ -90,6 +90,17 @@ def test_book_pages_link_and_show_their_figures(tmp_path):
         page.locator("article img").first.scroll_into_view_if_needed()
         page.wait_for_timeout(500)  # the header's title finishes its scroll transition
         page.screenshot(path=str(ARTIFACTS / "book_notebook.png"))
+
+        # the README is a page of the site, its picture shown and its reference links leading to pages
+        page.goto(base + "kit/index.html", wait_until="load")
+        images = page.evaluate(JS_IMAGES)
+        assert images and all(i["complete"] and i["width"] > 0 for i in images), images
+        page.locator("article a", has_text="Graduating to many GPUs").first.click()
+        page.wait_for_load_state("load")
+        assert page.url == base + "kit/graduating.html"
+        assert page.locator("article h1").first.inner_text().strip() == "Graduating to many GPUs"
+        page.goto(base + "REFERENCE.html", wait_until="load")
+        assert "Glossary" in page.locator("article").inner_text()
         print(f"\nbook screenshots: {ARTIFACTS / 'book_index.png'}, {ARTIFACTS / 'book_notebook.png'}")
         browser.close()
     finally:
