@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 00 · Quickstart: watch GRPO make a small model better at addition
 #
+# **The question.** What does one GRPO step do, and does repeating it make a tiny model better at addition with only a right/wrong reward?
+#
 # **Win first, then take it apart.** In a few minutes on a laptop CPU this notebook takes a tiny
 # language model (about 0.9M parameters, one token per character) that half-knows 2-digit
 # addition, and improves it with **GRPO** (Group Relative Policy Optimization) using nothing but
@@ -22,7 +24,8 @@
 # - which knobs matter (group size, learning rate, advantage scaling), with numbers we measured.
 #
 # **How long it takes**: 71 s with the default parameters (500 training steps), 13 s with
-# `SMOKE = True` (run headless on 2 quiet CPU cores; in JupyterLab the live dashboard adds under 1%).
+# `SMOKE = True` (measured on 2026-12-03 with `make test-full`, headless on 2 quiet CPU cores; in
+# JupyterLab the live dashboard adds under 1%).
 #
 # The model writes the sum **least-significant digit first** (`12+34=` → `64`, i.e. 46 read
 # backwards). That is the order in which a left-to-right model can work out carries, and it makes
@@ -57,11 +60,12 @@ from grpo_kit.data import heldout_split
 from grpo_kit.eval import columns_of, greedy_accuracy
 from grpo_kit.model import completion_logprobs, sample_groups
 from grpo_kit.rewards import exact_answer, score
-from grpo_kit.view import Dashboard, record
+from grpo_kit.view import Dashboard, record, smoke_banner
 
 if SMOKE:
     STEPS, THREADS = 20, 1
 torch.set_num_threads(THREADS)
+smoke_banner(SMOKE)
 cfg = GRPOConfig(seed=SEED, steps=STEPS, eval_size=100 if SMOKE else 500, threads=THREADS)
 print(f"P={cfg.num_prompts} prompts x G={cfg.num_generations} completions per step, {cfg.steps} steps, "
       f"lr={cfg.learning_rate}, advantages: scale_rewards={cfg.scale_rewards!r}, loss_type={cfg.loss_type!r}")
@@ -103,6 +107,7 @@ print(rewards)
 # ### 2. Advantages: compare each answer with its own group
 # The training below runs with the kit's default `scale_rewards="none"` (Dr. GRPO's estimator,
 # Liu et al. 2025), so we use the same one here: **advantage = reward − the group's mean reward**.
+# The group's mean is the [baseline](00b_from_reinforce_to_grpo.ipynb) each answer is compared with.
 # A right answer in a group that is mostly wrong gets a large positive advantage; a group where
 # every answer is right (or every answer wrong) gets all zeros and teaches nothing.
 # (DeepSeekMath's original GRPO also divides by the group's std, `scale_rewards="group"`;
@@ -140,9 +145,12 @@ print("log-probs of the first completion's tokens:", logp[0][mask[0] > 0].detach
 # $$L(\theta) = -\frac{1}{\sum_i |o_i|} \sum_{i=1}^{B} \sum_{t=1}^{|o_i|} A_i \, \log \pi_\theta(o_{i,t} \mid q_i, o_{i,<t})$$
 #
 # Minimising it raises the log-probability of tokens with $A_i > 0$ and lowers it for $A_i < 0$.
-# The kit writes the same loss in its general, clipped form, $-\min(r A, \mathrm{clip}(r) A)$ with the
-# ratio $r = \pi_\theta / \pi_{\text{old}}$ (notebook 02); at the first update $r = 1$, and its
-# gradient is exactly the gradient of the line above. We check that on the real numbers.
+# The kit writes the same loss in its general, [clipped](00b_from_reinforce_to_grpo.ipynb) form,
+# $-\min(\rho A, \mathrm{clip}(\rho, 1-\varepsilon_{clip}, 1+\varepsilon_{clip}) A)$ with the
+# [ratio](00b_from_reinforce_to_grpo.ipynb) $\rho = \pi_\theta / \pi_{\text{old}}$ (notebook 02); at the
+# first update $\rho = 1$, and its gradient is exactly the gradient of the line above. We check that
+# on the real numbers. (The [KL](00b_from_reinforce_to_grpo.ipynb) term, off here, pulls the model
+# back toward its starting weights when `beta > 0`.)
 
 # %%
 loss = -(A[:, None] * logp * mask).sum() / mask.sum()                # the equation above
@@ -193,7 +201,8 @@ print("\nevery rewarded completion (A > 0), probability after / before:", [round
 
 # %% [markdown]
 # ### 6. What `train()` does instead: AdamW
-# Training uses AdamW (`learning_rate=3e-4`) after clipping the gradient's norm to `max_grad_norm`.
+# Training uses AdamW (`learning_rate=3e-4`, and the run's `weight_decay`, read from `cfg`) after
+# clipping the gradient's norm to `max_grad_norm`.
 # Adam divides each weight's gradient by a running estimate of its size, so its **first** step
 # moves every weight with a gradient (above Adam's eps = 1e-8) by `lr`, whatever that gradient's size:
 # it follows the *sign* of the gradient, not its length. That is a large, blunt step. Replay the
@@ -204,7 +213,7 @@ policy.load_state_dict(base_weights)
 for w, g in zip(params, grads):
     w.grad = g.clone()
 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-adamw = torch.optim.AdamW(params, lr=cfg.learning_rate)
+adamw = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)  # as train() builds it
 adamw.step()
 moved = torch.cat([(w.detach() - base_weights[n]).abs().flatten()
                    for (n, _), w in zip(policy.named_parameters(), params)])          # (#weights,)
@@ -216,13 +225,14 @@ adam_ratios = (seq_adam[rewarded] / seq_before[rewarded]).tolist()
 print(f"gradient norm {float(grad_norm):.3f}; {frac_moved_lr:.1%} of the weights with a gradient moved by lr "
       f"= {cfg.learning_rate} (within 1%); the median weight moved by {median_move:.3f} x lr")
 print("every rewarded completion, probability after / before one AdamW step:", [round(x, 3) for x in adam_ratios])
+print(f"{sum(x < 1 for x in adam_ratios)} of {len(adam_ratios)} rewarded completions became less likely")
 
 # %% [markdown]
-# Read the two lists. The small gradient step raised every rewarded completion. The single AdamW
-# step moved most of the 866k weights by the same amount and is far from "small": some rewarded
-# completions became *less* likely. Over many steps Adam's running averages make its steps
-# follow the gradient on average, and the cosine schedule shrinks them; one step proves little.
-# This is also why held-out accuracy often **dips** in the first few dozen steps of a run.
+# Read the two lists. The small gradient step raised every rewarded completion (the last cell
+# checks it). The single AdamW step moved most of the weights by the same amount, `lr`, and is far
+# from "small": the line under the second list counts the rewarded completions it made *less*
+# likely. Over many steps Adam's running averages make its steps follow the gradient on average,
+# and the cosine schedule shrinks them; one step proves little.
 
 # %% [markdown]
 # ## Train
@@ -263,8 +273,9 @@ print(f"\nheld-out greedy accuracy: {base_acc:.1%} -> {after_acc:.1%} ({100 * (a
 # - **KL** to the starting model grows: GRPO moved the model. With `beta > 0` the loss pulls it back.
 #
 # ## Try this
-# Change `cfg` and re-run the training cell. We ran each line for 150 steps (seed 0, 200 held-out
-# problems, on which the base scores 44.5%): `GRPOConfig(steps=150, eval_size=200, ...)`.
+# Change `cfg` and re-run the training cell. Each line below was measured on 2026-12-03 with
+# `GRPOConfig(steps=150, eval_size=200, ...)` (seed 0, 200 held-out problems, on which the base
+# scores 44.5%).
 #
 # | change | held-out accuracy at step 50 / 150 | what happened |
 # |---|---|---|
@@ -304,6 +315,41 @@ else:
           f"GRPO raised held-out accuracy by {100 * gain:.1f} points")
 
 # %% [markdown]
+# ## Summary
+# - With the kit's default `scale_rewards="none"`, an answer's advantage is its reward minus its
+#   group's mean reward (checked against `compute_advantages`); a group whose answers all get the
+#   same reward has every advantage 0 and adds nothing to the update.
+# - The policy-gradient loss written by hand, −Σ A log π / Σ|o|, has the same gradient as the kit's
+#   clipped loss at ρ = 1 (checked to 1e-6).
+# - One small plain gradient step on that loss made every rewarded completion more likely (checked).
+#   AdamW's first step is not small: it moves almost every weight by `lr`, following the sign of
+#   its gradient, not its size (checked: the median weight moved by `lr`).
+# - The full run (500 steps, `SMOKE = False`) checks that GRPO raises held-out greedy accuracy by at
+#   least 25 points with nothing but a right/wrong reward.
+#
+# ## Questions
+# 1. A group of G = 8 answers has 2 right (reward 1) and 6 wrong (reward 0). Predict each answer's
+#    advantage under `scale_rewards="none"`.
+# 2. Why is the held-out accuracy, not the training reward, the number that shows the model learned
+#    addition?
+# 3. At the first update of a batch the ratio ρ is exactly 1. Why does the clip not change the
+#    gradient there?
+# 4. Why does Adam's *first* step move a weight by about `lr` whether its gradient is 1e-6 or 10?
+# 5. As training goes on, more and more groups are all right. Why does that slow learning down?
+#
+# <details><summary>Answers</summary>
+#
+# 1. The group's mean is 2/8 = 0.25: each right answer gets 1 − 0.25 = +0.75, each wrong one −0.25.
+# 2. The training reward is measured on the prompts the model is trained on; the held-out problems
+#    are never sampled in training, so a gain there is not memorisation.
+# 3. ρ = 1 lies inside [1 − ε_clip, 1 + ε_clip], so the two terms of the min are equal and the
+#    gradient is A ∇log π, the gradient of the plain policy-gradient loss (section 4 checks it).
+# 4. On its first step Adam's two running averages are g and g² (after bias correction), so the
+#    update is lr · g / (|g| + eps) ≈ lr · sign(g) for any |g| well above eps = 1e-8.
+# 5. In an all-right group every reward equals the mean, so every advantage is 0: the samples cost
+#    compute and push nothing (`frac_reward_zero_std` counts those groups).
+# </details>
+#
 # ## Exercises
 # 1. Re-run the by-hand step on a group where all 8 answers are right. What advantages do you get,
 #    and what does that group contribute to the update?
@@ -330,5 +376,5 @@ assert gap < 1e-6, gap
 print(f"same gradient (largest gap {gap:.1e})")
 
 # %% [markdown]
-# **Next:** [01 · Group normalisation](01_group_normalization.ipynb): what each advantage estimator
-# does to a group, and why dividing by the group's std matters for 0/1 rewards.
+# **Next:** [00b · From REINFORCE to GRPO](00b_from_reinforce_to_grpo.ipynb): where each term of
+# the loss comes from, on a policy small enough to compute exactly.

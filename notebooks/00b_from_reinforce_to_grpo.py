@@ -9,6 +9,8 @@
 # %% [markdown]
 # # From REINFORCE to GRPO: the policy gradient on a policy you can differentiate by hand
 #
+# **The question.** Where does each term of GRPO's loss come from?
+#
 # A language model that answers a question is a *policy*: it picks each next token with some
 # probability. GRPO changes those probabilities so that answers with a higher reward become more
 # likely. Before the model, here is the whole idea on a policy with four actions, small enough

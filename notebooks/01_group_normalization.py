@@ -9,16 +9,19 @@
 # %% [markdown]
 # # 01 · Group normalisation: what each advantage estimator does to a group of rewards
 #
+# **The question.** What does dividing by the group's std do to a prompt solved k times out of G, and what do the other advantage estimators do?
+#
 # GRPO has no critic. It samples **G answers to the same prompt** (a *group*) and turns their
 # rewards into **advantages** by comparing each answer with the rest of its group. How exactly it
 # compares them is the *advantage estimator*, one config field:
 # `GRPOConfig(advantage_estimator=..., scale_rewards=...)`.
 #
 # **What you will learn**
-# 1. what every estimator in `grpo_kit.core.advantages` does to one group (sliders);
-# 2. the lesson that matters most for right/wrong (0/1) rewards: dividing by the group's std makes
+# 1. the lesson that matters most for right/wrong (0/1) rewards: dividing by the group's std makes
 #    a prompt solved 1 time in 8 push as hard as one solved 4 times in 8, and why Dr. GRPO drops
-#    the division (a slider: k of G correct, `group` against `none`);
+#    the division (a slider: k of G correct, `group` against `none`); and how large one z-scored
+#    advantage can get;
+# 2. what every estimator in `grpo_kit.core.advantages` does to one group (sliders);
 # 3. what a group whose rewards are all equal does (nothing, if the code is careful);
 # 4. how noisy the group's std is for 0/1 rewards, computed exactly and measured, and where the
 #    textbook (Gaussian) formula is wrong for them;
@@ -26,7 +29,8 @@
 #    goes wrong with each.
 #
 # **How long it takes**: a few seconds with the default parameters or with `SMOKE = True` (4 s each,
-# run headless on 2 quiet CPU cores); no training, only arithmetic on rewards.
+# measured on 2026-12-03 with `make test-full`, headless on 2 quiet CPU cores); no training, only
+# arithmetic on rewards.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: fewer simulated groups, a wider tolerance.
@@ -59,6 +63,7 @@ from grpo_kit.view import (
     plot_vs_theory,
     record,
     redraw_on_change,
+    smoke_banner,
 )
 from IPython.display import display
 
@@ -66,40 +71,13 @@ if SMOKE:
     N_TRIALS, TOLERANCE = 4000, 0.12
 torch.set_num_threads(1)
 gen = torch.Generator().manual_seed(SEED)
+smoke_banner(SMOKE)
 print("estimators selectable by GRPOConfig.advantage_estimator:", A.ESTIMATORS)
 
 # %% [markdown]
-# ## 1 · Every estimator on one group
+# ## 1 · Right or wrong: a prompt solved k times out of G
 #
-# `advantage_table` runs each estimator that needs only rewards. Things to notice:
-# - `group` (DeepSeekMath's z-score) and `batch` coincide here (the batch is this one group);
-#   `none` (Dr. GRPO) is the same shape without the division by the std, and `rloo` is `none` times
-#   G/(G-1).
-# - `rank` only sees the order: the gap between 0.9 and 1.0 counts as much as between 0.0 and 0.5.
-# - `kmeans` compares each answer with answers of *similar* reward, so its signs look random (section 5).
-# - `topk` (corrected) pushes nearly everyone down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
-
-# %%
-r = torch.tensor([REWARDS])  # (1, G)
-table = {name: adv[0] for name, adv in A.advantage_table(r).items()}
-for name, adv in table.items():
-    print(f"{name:>28}: " + " ".join(f"{v:+.3f}" for v in adv.tolist()))
-fig = plot_advantage_bars(r[0], table, title=f"one group, G={r.shape[1]}")
-plt.show()
-
-# %% [markdown]
-# ### Try it: drag the rewards
-#
-# The sliders redraw the same chart for the group you set (in a live kernel; a headless run shows
-# the static chart above). Try: make two answers tie; make one answer an outlier (0.0 among 1.0s)
-# and compare `group` with `rank`; set all rewards equal.
-
-# %%
-advantage_sliders(REWARDS)
-
-# %% [markdown]
-# ## 2 · Right or wrong: a prompt solved k times out of G
-#
+# Start with the rewards you will meet most: right (1) or wrong (0).
 # With 0/1 rewards a group is described by one number: k of its G answers are right. Write
 # p = k/G. The group mean is p, so with `scale_rewards="none"` (Dr. GRPO) a right answer gets
 # 1 − p and a wrong one −p.
@@ -109,9 +87,11 @@ advantage_sliders(REWARDS)
 #
 # $$s = \sqrt{\tfrac{G}{G-1}\, p(1-p)}, \qquad A_{\text{right}} = \frac{1-p}{s + \varepsilon}, \qquad A_{\text{wrong}} = \frac{-p}{s + \varepsilon}, \qquad \varepsilon = 10^{-4}$$
 #
-# As k nears 0, the lone right answer's advantage grows without bound (as √((G−1)(1−p)/(Gp)));
-# as k nears G, the lone wrong answer's does. Add the squares over the group: under `group`,
-# $\sum_i A_i^2 = G-1$ for **every** k between 1 and G−1, so a prompt solved once in 8 tries pushes
+# The fewer right answers, the larger a right answer's advantage, √((G−1)(1−p)/(Gp)) (ε aside);
+# the fewer wrong answers, the larger a wrong answer's. It is largest at k = 1, where p = 1/G and
+# s = 1/√G, so the lone right answer gets (G−1)/√G: 2.47 at G = 8, and no advantage can exceed
+# that (checked below, under "How large can one advantage get?"). Add the squares over the group:
+# under `group`, $\sum_i A_i^2 = G-1$ for **every** k between 1 and G−1, so a prompt solved once in 8 tries pushes
 # on the model as hard as one solved 4 times in 8. Under `none`, $\sum_i A_i^2 = G\,p(1-p)$: largest
 # for prompts the model gets right half the time, small for prompts it almost always, or almost
 # never, gets right. Liu et al. 2025 ("Understanding R1-Zero-Like Training: A Critical
@@ -159,6 +139,34 @@ axes[1].legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
+# ### How large can one advantage get?
+# Not arbitrarily large. For any G numbers, no value lies further from their mean than
+# (G−1)/√G sample stds (Samuelson's inequality, written for the sample std, divisor G − 1, the
+# one the kit uses; with the population std, divisor G, the bound would be √(G−1)). So under the
+# kit's `group` estimator every advantage has |A_i| < (G−1)/√G, whatever the rewards, and the lone
+# right answer at k = 1 reaches it, less a hair for ε_std: exactly (1 − 1/G)/(1/√G + ε_std). The
+# bound grows like √G with the group size, but for a given G it is fixed. The cell checks it for
+# every k and for 1000 groups of random rewards.
+
+# %%
+bound_gen = torch.Generator().manual_seed(SEED + 1)       # its own generator: section 4's draws stay the same
+bound_rows = []
+for g_size in (2, 4, 8, 16, 64):
+    one_right = torch.tensor([[1.0] + [0.0] * (g_size - 1)])                                  # (1, G) k = 1
+    lone = float(A.compute_advantages(one_right, "group")[0, 0])
+    exact = (1 - 1 / g_size) / (math.sqrt(1 / g_size) + A.EPS)         # s = 1/sqrt(G) at k = 1
+    bound = (g_size - 1) / math.sqrt(g_size)
+    every_k = torch.tensor([[1.0] * k + [0.0] * (g_size - k) for k in range(1, g_size)])      # (G-1, G)
+    random_rewards = torch.rand(1000, g_size, generator=bound_gen)                            # (1000, G)
+    largest = max(float(A.compute_advantages(x, "group").abs().max()) for x in (every_k, random_rewards))
+    assert abs(lone - exact) < 1e-5, (g_size, lone, exact)
+    assert largest <= bound and bound - lone < 1e-3 * bound, (g_size, lone, largest, bound)
+    bound_rows.append((g_size, lone, bound, largest))
+    print(f"G={g_size:>2}: lone right answer {lone:.4f}, bound (G-1)/sqrt(G) {bound:.4f}, "
+          f"largest |A| over every k and 1000 random groups {largest:.4f}; population-std bound sqrt(G-1) "
+          f"{math.sqrt(g_size - 1):.4f}")
+
+# %% [markdown]
 # ### Try it: k of G correct, `group` against `none`
 # Move k and switch the estimator: the bars are the G advantages of that group (green: right
 # answers, red: wrong). At k = 1 under `group` the lone right answer gets a push of about 2.5;
@@ -180,6 +188,35 @@ k_slider = W.IntSlider(value=1, min=0, max=GROUP_SIZE, description="k right", co
 scale_buttons = W.ToggleButtons(options=["group", "none"], value="group", description="scale_rewards")
 k_out = redraw_on_change([k_slider, scale_buttons], lambda: k_of_g_figure(k_slider.value, scale_buttons.value))
 display(W.VBox([W.HBox([k_slider, scale_buttons]), k_out]))
+
+# %% [markdown]
+# ## 2 · Every estimator on one group
+#
+# `advantage_table` runs each estimator that needs only rewards. Things to notice:
+# - `group` (DeepSeekMath's z-score) and `batch` coincide here (the batch is this one group);
+#   `none` (Dr. GRPO) is the same shape without the division by the std, and `rloo` is `none` times
+#   G/(G-1).
+# - `rank` only sees the order: the gap between 0.9 and 1.0 counts as much as between 0.0 and 0.5.
+# - `kmeans` compares each answer with answers of *similar* reward, so its signs look random (section 5).
+# - `topk` (corrected) pushes nearly everyone down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
+
+# %%
+r = torch.tensor([REWARDS])  # (1, G)
+table = {name: adv[0] for name, adv in A.advantage_table(r).items()}
+for name, adv in table.items():
+    print(f"{name:>28}: " + " ".join(f"{v:+.3f}" for v in adv.tolist()))
+fig = plot_advantage_bars(r[0], table, title=f"one group, G={r.shape[1]}")
+plt.show()
+
+# %% [markdown]
+# ### Try it: drag the rewards
+#
+# The sliders redraw the same chart for the group you set (in a live kernel; a headless run shows
+# the static chart above). Try: make two answers tie; make one answer an outlier (0.0 among 1.0s)
+# and compare `group` with `rank`; set all rewards equal.
+
+# %%
+advantage_sliders(REWARDS)
 
 # %% [markdown]
 # ## 3 · A zero-variance group
@@ -336,6 +373,7 @@ print(f"worst answer (r={REWARDS[worst]}): broken advantage {broken[worst]:+.3f}
 record("k_of_g_formula_gap", formula_gap)
 record("k_of_g_lone_right_advantage", lone_right)
 record("k_of_g_sum_sq_group", [row["sq_group"] for row in inner])
+record("z_score_bound_rows", bound_rows)
 record("zero_variance_max_abs_advantage", zero_var_max)
 record("eps_free_formula_gives_nan", naive_is_nan)
 record("std_noise_measured", rel_measured)
@@ -349,7 +387,7 @@ record("kmeans_binary_max_abs_advantage", binary_bucket_max)
 record("broken_topk_argmax_is_worst", int(broken.argmax()) == worst)
 record("fixed_topk_argmax_is_best", int(table["topk"].argmax()) == best)
 
-# k of G: the formulas with the sample std; the lone answer's advantage grows toward k = 1 and k = G-1
+# k of G: the formulas with the sample std; a right answer's advantage is largest at k = 1, a wrong one's at k = G-1
 assert formula_gap < 1e-5, f"group advantages differ from (1-p)/s, -p/s by {formula_gap}"
 assert all(a > b for a, b in pairwise(lone_right)), f"right answer's advantage should fall as k grows: {lone_right}"
 wrong_adv = [row["wrong"] for row in inner]
@@ -375,19 +413,52 @@ assert binary_bucket_max == 0.0 and binary_group_max > 0, "k-means buckets shoul
 assert sign_disagree > 0.05, f"buckets and groups should disagree on some answers ({sign_disagree:.1%})"
 assert int(broken.argmax()) == worst and int(table["topk"].argmax()) == best
 print("claims hold: with the z-score a prompt's total push is G-1 whatever k, and the lone right (wrong) answer's "
-      f"advantage grows to {lone_right[0]:.2f} at k=1; zero-variance groups give 0 (eps-free: NaN); "
+      f"advantage reaches {lone_right[0]:.2f} at k=1, the bound (G-1)/sqrt(G); zero-variance groups give 0 (eps-free: NaN); "
       f"the 0/1 std noise matches the exact sum within {TOLERANCE:.0%} and the Gaussian formula overstates it; "
       f"k-means buckets disagree with prompt groups on {sign_disagree:.0%} of answers and erase 0/1 rewards; "
       "the broken top-k sign rewards the worst answer")
 
 # %% [markdown]
+# ## Summary
+# - With 0/1 rewards and `scale_rewards="group"`, every group with 0 < k < G right answers has
+#   Σ A² = G − 1: a prompt solved once in 8 pushes on the model as hard as one solved 4 times in 8.
+#   Without the division (`none`, Dr. GRPO) the push is G p(1 − p), largest at k = G/2.
+# - The kit's z-score divides by the sample std (divisor G − 1), so no advantage exceeds
+#   (G − 1)/√G in size, whatever the rewards; the lone right answer at k = 1 reaches it (2.47 at G = 8).
+# - A group whose rewards are all equal gets advantage 0 from every estimator in the kit; the
+#   z-score written without ε_std gives NaN there.
+# - For 0/1 rewards the noise of the group's std can be computed exactly from Binomial(G, p); the
+#   Gaussian (chi) formula overstates it at every G from 2 to 64.
+# - k-means reward buckets erase 0/1 rewards (every advantage 0), and "top-k minus own reward"
+#   with the wrong sign gives the worst answer the largest advantage.
+#
+# ## Questions
+# 1. G = 8 and one answer is right. Predict its `group` advantage and that of each wrong answer.
+# 2. Can any answer in a group of 8 get a `group` advantage of 3, with rewards of your choosing?
+# 3. The lone right answer's `group` advantage is 2.47 at G = 8. Predict it at G = 32.
+# 4. At G = 2 with 0/1 rewards, why does the group's std not vary at all across the groups that
+#    have a signal?
+# 5. Why do k-means buckets give every answer an advantage of 0 when rewards are 0 or 1?
+#
+# <details><summary>Answers</summary>
+#
+# 1. p = 1/8 and s = 1/√8 = 0.354: the right answer gets (7/8)/0.354 = 2.47 = 7/√8, each wrong
+#    answer −(1/8)/0.354 = −0.35 (the table in section 1 prints both).
+# 2. No: |A_i| < (G − 1)/√G = 7/√8 = 2.47 for any rewards, with the sample std the kit uses.
+# 3. (G − 1)/√G = 31/√32 = 5.48 (a hair less for ε_std): larger, like √G, yet fixed for each G.
+# 4. A group of two with a signal is always one right and one wrong answer, so its std is always
+#    1/√2 (the all-equal pairs are left out; they get advantage 0 whatever the std).
+# 5. Each bucket holds rewards close to each other; with only two values each bucket holds only 0s
+#    or only 1s, so every answer equals its bucket's mean.
+# </details>
+#
 # ## Exercises
 # 1. A prompt is solved 2 times out of 16. Under `group`, what advantage does each right answer
-#    get, and what does each right answer get under `none`? (Use the formulas of section 2, then
+#    get, and what does each right answer get under `none`? (Use the formulas of section 1, then
 #    check with `A.compute_advantages`.)
-# 2. **Code.** Write `lone_right_advantage(G)`: the z-score advantage of the single right answer in
-#    a group of G with k = 1, from the formula (sample std, eps = 1e-4). Check it against
-#    `A.compute_advantages` for G = 2 ... 64, and find how fast it grows with G.
+# 2. **Code.** Under `none` a prompt's total push is Σ A² = G p(1−p). For G = 8, which k pushes
+#    hardest, and how many times harder than k = 1? Check both with `A.compute_advantages`, and
+#    compare with `group`, where every k from 1 to 7 pushes G − 1 = 7.
 # 3. Why does `rloo` give exactly `none` times G/(G−1)? (Write the mean of the *other* G−1 rewards.)
 #
 # <details><summary>Solutions to 1 and 3</summary>
@@ -400,19 +471,18 @@ print("claims hold: with the z-score a prompt's total push is G-1 whatever k, an
 # The solution to 2 is in the next cell (click to expand it).
 
 # %% jupyter={"source_hidden": true}
-# Solution to exercise 2: p = 1/G, s = sqrt(G/(G-1) p (1-p)) = sqrt(1/G), so A = (1 - 1/G) / (sqrt(1/G) + eps)
-# which grows like sqrt(G).
-def lone_right_advantage(G, eps=A.EPS):
-    p = 1 / G
-    return (1 - p) / (math.sqrt(G / (G - 1) * p * (1 - p)) + eps)
-
-
-for G in (2, 4, 8, 16, 32, 64):
-    rk = torch.tensor([[1.0] + [0.0] * (G - 1)])
-    kit = float(A.compute_advantages(rk, "group")[0, 0])
-    assert abs(kit - lone_right_advantage(G)) < 1e-5, (G, kit)
-    print(f"G={G:>2}: lone right answer's advantage {kit:.3f}  (sqrt(G) = {math.sqrt(G):.3f})")
+# Solution to exercise 2: G p(1-p) is largest at p = 1/2, k = 4: 8 * 1/4 = 2; at k = 1 it is 8 * 1/8 * 7/8 = 0.875.
+G = 8
+push = {}
+for k in range(1, G):
+    rk = torch.tensor([[1.0] * k + [0.0] * (G - k)])                     # (1, G) k right answers
+    push[k] = float((A.compute_advantages(rk, "none") ** 2).sum())
+hardest = max(push, key=push.get)
+assert hardest == G // 2 and abs(push[hardest] - 2.0) < 1e-6 and abs(push[1] - 0.875) < 1e-6, push
+assert abs(push[hardest] / push[1] - 16 / 7) < 1e-5
+print("none, sum of A^2 by k:", {k: round(v, 3) for k, v in push.items()})
+print(f"k = {hardest} pushes {push[hardest] / push[1]:.2f} times harder than k = 1 (16/7); under group every k pushes 7")
 
 # %% [markdown]
-# **Next:** [02 · The GRPO loss](02_the_grpo_loss.ipynb): clipping, KL estimators, aggregation and
-# published variants trained side by side.
+# **Next:** [02 · The GRPO loss](02_the_grpo_loss.ipynb): what the clip, the KL term and the
+# aggregation each do to the gradient, and published variants trained side by side.

@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 02 · The GRPO loss: clipping, KL estimators, aggregation, and variants side by side
 #
+# **The question.** What do the clip, the KL term and the aggregation each do to the gradient, and do the published variants built from them all train?
+#
 # The loss that GRPO minimises, per completion token t of completion i (DeepSeekMath eq. 3):
 #
 # $$L_{i,t} = -\min\big(\rho_{i,t} A_i,\ \mathrm{clip}(\rho_{i,t}, 1-\varepsilon_{\text{clip}}, 1+\varepsilon_{\text{high}}) A_i\big) + \beta\, \mathrm{KL}_{i,t},

@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 03 · Judges and preferences: scoring, comparing, and learning from ranked groups
 #
+# **The question.** Where do rewards come from when there is no exact answer to check, and can a model learn from ranked answers collected offline?
+#
 # GRPO needs a number per completion. Where a task has an exact answer, a **rule judge** extracts
 # it and compares. Where it does not, a judge can still **compare two answers**, and a group of G
 # answers gives a G x G **preference matrix** (G(G-1)/2 comparisons).

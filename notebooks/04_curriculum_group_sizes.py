@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 04 · Curriculum group sizes, and other ways to steer a run over time
 #
+# **The question.** Does changing the group size during a run, or steering it another way, beat a fixed group size at the same number of generated completions?
+#
 # **What you will learn**
 # 1. Why the group size G matters: the noise of the group baseline, groups whose rewards are all
 #    equal (no signal), and the cost per prompt when the number of completions per step is fixed.
@@ -18,8 +20,8 @@
 # 3. How to compare them fairly: **at the same number of generated completions**, over several
 #    seeds, and what the comparison shows on the tiny model (including which strategies did not help).
 #
-# **Time**: 3.5 minutes on 2 quiet CPU cores with the full parameters (24 training runs of
-# 8192 completions each, plus a small replay experiment); `SMOKE=True` runs every cell in 20 s.
+# **Time**: under 3.5 minutes on 2 quiet CPU cores with the full parameters (24 training runs of
+# 8192 completions each; the claims cell prints the wall time); `SMOKE=True` runs every cell in 20 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: tiny budgets, every cell still runs.
@@ -33,14 +35,12 @@ BUDGET = 8192               # generated completions per run (64 steps of 128 for
 EVAL_EVERY = 16             # steps between held-out evaluations
 EVAL_SIZE = 200             # held-out problems per evaluation
 THREADS = 2
-DECLINE_STEPS = 60          # replay experiment: steps at a high constant learning rate
-DECLINE_LR = 1e-3
-DECLINE_SEEDS = [0, 1, 2]
 SIM_TRIALS = 20000          # simulated groups per G for the noise / zero-variance pictures
 
 # %%
 import copy
 import inspect
+import itertools
 import json
 import math
 import textwrap
@@ -53,14 +53,15 @@ import torch
 from grpo_kit import GRPOConfig, check_config, setup, train
 from grpo_kit.core import zero_std_groups
 from grpo_kit.loop import schedules
-from grpo_kit.view import Dashboard, record, redraw_on_change
+from grpo_kit.view import Dashboard, record, redraw_on_change, smoke_banner
 from IPython.display import display
 
 if SMOKE:
     SEEDS, SAMPLES_PER_STEP, BUDGET, EVAL_EVERY, EVAL_SIZE, THREADS = [0], 32, 96, 2, 20, 1
-    DECLINE_STEPS, DECLINE_SEEDS, SIM_TRIALS = 4, [0], 4000
+    SIM_TRIALS = 4000
 T0 = time.time()
 torch.set_num_threads(THREADS)
+smoke_banner(SMOKE)
 
 # %% [markdown]
 # ## 1. Why the group size matters
@@ -106,12 +107,32 @@ zero_gap = max(abs(v["zero"] - v["zero_theory"]) for v in sim.values())
 record("baseline_noise_max_relative_gap", rel_gap)
 record("zero_variance_max_abs_gap", zero_gap)
 
+# The middle and right panels as numbers (from the formulas, so they hold at any B).
+signal = {(p, G): SAMPLES_PER_STEP / G * (1 - sim[p, G]["zero_theory"]) for p in (0.2, 0.5, 0.9) for G in G_VALUES}
+for p in (0.2, 0.5, 0.9):
+    print(f"p={p}  {'dead groups:':<21}" + "  ".join(f"G={G}: {sim[p, G]['zero_theory']:>4.0%}" for G in G_VALUES))
+    print(f"{'':7}{'prompts with signal:':<21}" + "  ".join(f"G={G}: {signal[p, G]:>4.1f}" for G in G_VALUES))
+# Per prompt, a larger G always means fewer dead groups; per step at fixed B, fewer prompts with signal.
+for p in (0.2, 0.5, 0.9):
+    for a, b in itertools.pairwise(G_VALUES):
+        assert sim[p, b]["zero_theory"] < sim[p, a]["zero_theory"] and signal[p, b] < signal[p, a], (p, a, b)
+record("most_signal_G", {str(p): max(G_VALUES, key=lambda G: signal[p, G]) for p in (0.2, 0.5, 0.9)})
+
 # %% [markdown]
-# The right panel is the trade-off in one picture: the number of prompts per step that carry a
-# learning signal, (B/G)(1 - p^G - (1-p)^G). For a prompt of middling difficulty (p = 0.5) small
-# groups win (many prompts, few dead groups); for an almost-solved prompt (p = 0.9) a G of 2 or
-# 4 wastes most groups. That is the argument for changing G as the policy improves: which way
-# to change it is what the experiments below test.
+# The three panels do not argue the same way.
+#
+# * **Left and middle: for a larger G.** Per prompt, a larger G gives a more precise baseline and
+#   fewer dead groups, at every p (asserted above). And a small group dies more often as its prompt
+#   gets easier: at G = 2, half the groups are dead at p = 0.5 and 82% at p = 0.9 (printed above).
+#   These two panels are the argument for *growing* G as the policy improves.
+# * **Right: for a smaller G.** Per step, at a fixed B, the count of prompts that carry a learning
+#   signal, (B/G)(1 - p^G - (1-p)^G), is largest at G = 2 and falls as G grows, at every p shown
+#   (asserted above): at p = 0.9 most groups of 2 are dead, yet B/2 groups of 2 still hold more
+#   prompts with signal than B/16 groups of 16. What this count ignores is how precise each
+#   signal is, which is the left panel's point.
+#
+# So the pictures do not settle it: which way to change G, if at all, is what the experiments
+# below test.
 
 # %% [markdown]
 # ## 2. Preview a schedule before anything runs
@@ -176,6 +197,13 @@ print(preview_lines([[0.0, 16], [0.3, 8], [0.7, 4]], SAMPLES_PER_STEP)[0])
 bad_text, _ = preview_lines([[0.0, 16], [0.5, 6]], 128)
 print(bad_text)
 record("bad_schedule_names_entry", "group_size_schedule[1]" in bad_text)
+# Every valid preset spends exactly B = P * G completions per step, whatever G is at that point, so a
+# budget that is a multiple of B is spent in exactly BUDGET / B steps by each of them.
+for name, sched in PRESETS.items():
+    _, rows = preview_lines(json.loads(sched), SAMPLES_PER_STEP)
+    if rows is not None:
+        assert all(r["P"] * r["G"] == SAMPLES_PER_STEP for r in rows), (name, rows)
+        print(f"{name:<15} spends {SAMPLES_PER_STEP} completions at every step: {BUDGET} in {BUDGET // SAMPLES_PER_STEP} steps")
 
 # %% [markdown]
 # ## 3. Eight strategies at the same number of generated completions
@@ -337,6 +365,14 @@ print(f"replay: {np.mean([m['replay/groups'] for m in rep]):.2f} replayed groups
       f"mean importance ratio {np.mean(ratios) if ratios else float('nan'):.3f}")
 spent_ok = all(BUDGET <= r["history"][-1]["completions_total"] < BUDGET + 3 * SAMPLES_PER_STEP for r in runs.values())
 record("equal_budget", spent_ok)
+# Fixed G, the two schedules and adaptive G draw exactly B completions at every step: they spend the budget
+# exactly. Dynamic sampling (extra rounds) and replay (fewer fresh groups) stop at the first step past it.
+FIXED_B = ("G4", "G8", "G16", "large->small", "small->large", "adaptive")
+spent_by_strategy = {name: sorted({runs[name, s]["history"][-1]["completions_total"] for s in SEEDS}) for name in STRATEGIES}
+for name, vs in spent_by_strategy.items():
+    print(f"{name:<13} completions generated: {', '.join(f'{v:.0f}' for v in vs)}")
+exact_budget = all(vs == [BUDGET] for name, vs in spent_by_strategy.items() if name in FIXED_B)
+record("exact_budget", exact_budget)
 sched_ok = all(m["num_generations"] == schedules.value_at(STRATEGIES["large->small"]["group_size_schedule"],
                                                           m["progress"])
                and m["num_prompts"] * m["num_generations"] == SAMPLES_PER_STEP
@@ -368,50 +404,22 @@ distinct = {t: len({c for c, rt in zip(ro.completions, row_t.tolist()) if abs(rt
 record("distinct_by_temperature", {str(k): v for k, v in sorted(distinct.items())})
 
 # %% [markdown]
-# ## 6. Does a replay buffer cure late-training decline?
-#
-# A piece of advice you will meet: "add a replay buffer and the late-training decline goes away".
-# We provoke a decline with a high constant learning rate and compare the same runs with and
-# without `replay_fraction=0.25`. Decline = best held-out accuracy minus final held-out accuracy.
-
-# %%
-DECLINE = dict(steps=DECLINE_STEPS, num_prompts=8, num_generations=8, learning_rate=DECLINE_LR,
-               lr_schedule="constant", eval_every=max(1, DECLINE_STEPS // 10), eval_size=EVAL_SIZE // 2,
-               threads=THREADS, log_kl=False, checkpoint_every=0)
-decline = {}
-for label, extra in (("no replay", {}), ("replay 0.25", dict(replay_fraction=0.25, replay_max_age=4))):
-    for seed in DECLINE_SEEDS:
-        cfg = GRPOConfig(**DECLINE, **extra, seed=seed)
-        run = fresh_run(cfg)
-        list(train(cfg, run))
-        accs = [a for _, a in run.evals]
-        decline[label, seed] = {"evals": run.evals, "best": max(accs), "final": accs[-1], "drop": max(accs) - accs[-1],
-                                "completions": run.history[-1]["completions_total"]}
-fig, ax = plt.subplots(figsize=(7, 3.5), constrained_layout=True)
-for (label, seed), d in decline.items():
-    ax.plot(*zip(*d["evals"]), "-" if label == "no replay" else "--", color="C0" if label == "no replay" else "C3",
-            alpha=0.8, label=label if seed == DECLINE_SEEDS[0] else None)
-ax.set(xlabel="step", ylabel="held-out accuracy", title=f"constant LR {DECLINE_LR}: with and without replay")
-ax.legend()
-plt.show()
-summary = {}
-for label in ("no replay", "replay 0.25"):
-    ds = [decline[label, s] for s in DECLINE_SEEDS]
-    summary[label] = {k: float(np.mean([d[k] for d in ds])) for k in ("best", "final", "drop", "completions")}
-    print(f"{label:<12} best {summary[label]['best']:.3f}  final {summary[label]['final']:.3f}  "
-          f"decline {summary[label]['drop']:.3f}  completions generated {summary[label]['completions']:.0f}")
-record("replay_decline", summary)
+# **Does a replay buffer cure late-training decline?** You will meet that advice. It is tested in
+# row 3 of [07 · the troubleshooting clinic](07_troubleshooting_clinic.ipynb), which provokes a
+# decline with a constant learning rate and runs the same seed with a replay buffer
+# (`replay_fraction=0.25`, the `replay` strategy above) and with cosine decay of the learning rate.
 
 # %% [markdown]
-# ## 7. What the runs support
+# ## 6. What the runs support
 #
 # The checks below hold whatever the numbers come out to be: the pictures of section 1 match
-# their formulas, every run spent the same budget, the schedule was followed, every adaptive
-# change has a reason, dynamic sampling trained on more groups with signal than it drew. In the
-# full run we also check that training at this budget lifts held-out accuracy above the base
-# model's for the best strategy (the tiny model first dips below its base accuracy for a few
-# dozen steps, so a strategy that spends its budget on few updates may end below it). Whether a strategy *helped* is read from the table, not asserted: the verdicts
-# printed above come from these runs. In SMOKE
+# their formulas, every run spent the same budget (fixed G, the schedules and adaptive G exactly
+# `BUDGET` completions), the schedule was followed, every adaptive change has a reason, dynamic
+# sampling trained on more groups with signal than it drew. In the full run we also check that
+# training at this budget lifts held-out accuracy above the base model's for the best strategy
+# (the tiny model first dips below its base accuracy for a few dozen steps, so a strategy that
+# spends its budget on few updates may end below it). Whether a strategy *helped* is read from
+# the table, not asserted: the verdicts printed above come from these runs. In SMOKE
 # mode the budgets are far too small to say anything about accuracy.
 
 # %%
@@ -419,6 +427,7 @@ assert rel_gap < (0.05 if not SMOKE else 0.12), rel_gap
 assert zero_gap < (0.02 if not SMOKE else 0.04), zero_gap
 assert "group_size_schedule[1]" in bad_text
 assert spent_ok and sched_ok
+assert exact_budget, {name: spent_by_strategy[name] for name in FIXED_B}
 assert all(r for s in SEEDS for *_, r in runs["adaptive", s]["changes"])
 assert np.mean([m["dynamic/groups_kept"] for m in dyn]) / (SAMPLES_PER_STEP // 8) >= \
     1 - np.mean([m["frac_reward_zero_std"] for m in dyn]) - 1e-9
@@ -429,6 +438,46 @@ record("wall_seconds", time.time() - T0)
 print(f"notebook ran in {time.time() - T0:.0f} s")
 
 # %% [markdown]
+# **Source of the adaptive rule**, for reading:
+
+# %%
+print(inspect.getsource(schedules.adapt_group_size))
+
+# %% [markdown]
+# ## Summary
+# - For 0/1 rewards the simulated noise of the group baseline and the fraction of zero-variance
+#   groups match sqrt(p(1-p)/G) and p^G + (1-p)^G. Per prompt a larger G wins on both; per step at a
+#   fixed B, a smaller G gives more prompts with a learning signal: the pictures argue both ways.
+# - A group-size schedule, adaptive G, dynamic sampling, replay and a temperature mix are each one
+#   config field; `schedules.preview` shows a schedule's G and P before anything runs, and a bad
+#   entry raises a `ConfigError` that names it.
+# - The strategies were compared at the same number of generated completions (fixed G, the two
+#   schedules and adaptive G spend it exactly), over seeds; the table's verdicts, not an
+#   assertion, say which helped on the tiny model.
+# - Dynamic sampling trains on a larger share of groups with signal than it draws (asserted); its
+#   extra rounds are paid out of the same budget of completions, so they cost updates.
+#
+# ## Questions
+# 1. A prompt is solved with probability p = 0.9 and G = 4. What fraction of its groups teach
+#    nothing? Predict, then check the middle panel of section 1.
+# 2. With B fixed, how many more prompts per step does `large->small` train on in its last 30% than
+#    in its first 30%?
+# 3. Why is the x axis of section 4 "completions generated" and not "steps"?
+# 4. At the same budget, does `dynamic` take more or fewer updates than `G8`? Why?
+#
+# <details><summary>Answers</summary>
+#
+# 1. 0.9^4 + 0.1^4 = 0.6562: about two groups in three, all right (or, rarely, all wrong), get
+#    advantage 0 everywhere.
+# 2. Four times as many: P = B/G goes from B/16 to B/4.
+# 3. The strategies spend different amounts per step (dynamic sampling more, replay less). At an
+#    equal step count, the one that drew more completions would have had more data: the comparison
+#    would not be fair.
+# 4. Fewer, whenever it draws an extra round: a step of dynamic sampling may draw up to 3 rounds of
+#    groups, and the budget counts every completion drawn, kept or not. The "steps" column of the
+#    table shows how many each strategy took.
+# </details>
+#
 # ## Exercises
 #
 # 1. **A difficulty curriculum.** Train with `task_schedule=[[0.0, "add1"], [0.3, ["add1", "add2"]],
@@ -437,32 +486,33 @@ print(f"notebook ran in {time.time() - T0:.0f} s")
 # 2. **Format first.** `reward_schedule=[[0.0, ["format"]], [0.2, ["format", "exact_answer"]]]`:
 #    does an early format-only phase cost accuracy at a fixed budget on a model that already
 #    writes numbers?
-# 3. **Code:** write `informative_prompts(B, G, p)` (prompts with a learning signal per step, the
-#    right panel of section 1) and find the G that maximises it for p = 0.9 and B = 128.
+# 3. **Code:** from the stored histories (`runs[name, seed]["history"]`: one dict per step, with
+#    `num_prompts` and `num_generations`), count the prompts each of the fixed-B strategies trained on
+#    over the whole budget (a prompt drawn twice counts twice), and check that each run's
+#    completions, step by step, add up to exactly `BUDGET`.
 # 4. Move the adaptive thresholds (`adaptive_grow_above`, `adaptive_shrink_below`) closer
 #    together and set `adaptive_patience=1`: how often does G change now?
 
-# %% [markdown] jupyter={"source_hidden": true}
-# **Solution to 3.**
-#
-# ```python
-# def informative_prompts(B, G, p):
-#     return B / G * (1 - p**G - (1 - p)**G)
-#
-# best = max([2, 4, 8, 16, 32, 64], key=lambda G: informative_prompts(128, G, 0.9))
-# print(best, informative_prompts(128, best, 0.9))   # 2 11.52
-# ```
-# For p = 0.9, G = 2 gives 64 * 0.18 = 11.5 prompts with signal, G = 4 gives 32 * 0.34 = 11.0,
-# G = 8 gives 16 * 0.57 = 9.1, G = 16 gives 8 * 0.81 = 6.5: in this count small groups still win;
-# what they lose is the precision of the baseline (left panel), which the count ignores.
+# %% [markdown]
+# The solution to 3 is in the next cell (click to expand it).
+
+# %% jupyter={"source_hidden": true}
+# Solution to exercise 3: prompts trained on = the sum of P over the steps; completions = the sum of P * G.
+prompts_seen = {name: [sum(m["num_prompts"] for m in runs[name, s]["history"]) for s in SEEDS] for name in FIXED_B}
+for name, ns in prompts_seen.items():
+    print(f"{name:<13} prompts trained on over {BUDGET} completions: {', '.join(str(n) for n in ns)}")
+for name in FIXED_B:
+    for s in SEEDS:
+        assert sum(m["num_prompts"] * m["num_generations"] for m in runs[name, s]["history"]) == BUDGET, (name, s)
+assert prompts_seen["G4"] == [BUDGET // 4] * len(SEEDS) and prompts_seen["G16"] == [BUDGET // 16] * len(SEEDS)
+# a schedule between G = 16 and G = 4 trains on a number of prompts between theirs
+for name in ("large->small", "small->large"):
+    assert all(BUDGET // 16 < n < BUDGET // 4 for n in prompts_seen[name]), (name, prompts_seen[name])
 
 # %% [markdown]
-# **Source of the adaptive rule**, for reading:
-
-# %%
-print(inspect.getsource(schedules.adapt_group_size))
-
-# %% [markdown]
-# **Next:** the README's notebook table lists the notebooks that follow; `grpo-kit train --config`
-# takes every field used here from YAML (`group_size_schedule`, `adaptive_group_size`,
-# `dynamic_sampling`, `replay_fraction`, `completion_budget`, ...).
+# Every field used here can also be set from YAML with `grpo-kit train --config`
+# (`group_size_schedule`, `adaptive_group_size`, `dynamic_sampling`, `replay_fraction`,
+# `completion_budget`, ...).
+#
+# **Next:** [05 · Failure lab I](05_failure_collapse.ipynb): when training breaks: a collapse, a
+# divergence and a sign error, each reproduced, detected and fixed.

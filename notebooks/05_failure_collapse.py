@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 05 · Failure lab I: collapse, divergence and a sign error
 #
+# **The question.** How does a run collapse, diverge or learn backwards, and how do you tell which from its metrics?
+#
 # **What you will learn.** How a GRPO run goes wrong when the policy moves too far or the wrong
 # way, how to *see* it on the live dashboard, how `grpo_kit.eval.diagnostics.diagnose` names it from the
 # metrics alone (with the evidence, a likely cause and a fix), and whether that fix works, measured
@@ -17,14 +19,15 @@
 # Three failures, each a named config in `grpo_kit.lab.failures`:
 # 1. **entropy / mode collapse**: eight updates on every batch (`num_iterations=8`) at sampling
 #    temperature 0.5. Each batch is fitted hard, the policy sharpens, and the completions in a group
-#    become copies of each other: the entropy halves, the groups stop disagreeing, and with nothing to
-#    compare the run stops learning. The KL to the reference rises only to about one nat per token,
+#    become copies of each other: the entropy halves, the groups stop disagreeing, and the reward
+#    stays low. The KL to the reference rises only to about one nat per token,
 #    which is where a policy that has settled on one answer sits (minus the log of the probability
 #    the reference gave that answer);
 # 2. **KL blow-up**: a learning rate three times the default, held constant, throws the policy far
 #    from the reference within a few updates;
-# 3. **a sign error**: the "top-k minus own reward" advantage as it is sometimes written pushes up the
-#    *worst* completion, and the training reward falls.
+# 3. **a sign error**: the "top-k minus own reward" advantage as it is sometimes written gives the
+#    *worst* completion of a group the largest advantage (see its section in
+#    [01 · Group normalisation](01_group_normalization.ipynb)), and the training reward falls.
 #
 # A failing run trips several detectors at once (a policy pushed the wrong way also drifts from the
 # reference), so `diagnose` lists the likely **cause first** and the findings that follow from it
@@ -42,15 +45,17 @@ SEED = 0
 THREADS = 2
 
 # %%
+import dataclasses
 import inspect
 
 from grpo_kit.eval import diagnostics, report
 from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, finding_marks, run_failure
-from grpo_kit.view import Dashboard, compare_runs, record
+from grpo_kit.view import Dashboard, compare_runs, record, smoke_banner
 
 STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
 THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
+smoke_banner(SMOKE)
 for name in STEPS:
     f = FAILURES[name]
     print(f"{name:<18} {f.what}\n{'':<18} changes {f.changes}; fix {f.fix}\n")
@@ -104,6 +109,20 @@ pair = {"broken": broken, "fixed": fixed}
 fig = compare_runs(pair, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5, marks=finding_marks(pair, "entropy_collapse"))
 
 # %% [markdown]
+# **The mechanism, in plain words.** The broken config samples at temperature 0.5 (a sharper
+# distribution than the model's own) and takes eight gradient steps on every batch instead of one,
+# at a learning rate that never decays. Each step makes the completions that beat their group's mean
+# more likely, so eight of them pile the probability onto the few completions that won in this
+# batch, and the next batch, sampled from that sharper policy, holds more copies of them. On the
+# instruments: the **entropy** falls, the **distinct completions per group** fall, and a group of
+# copies earns equal rewards, so its advantages are all 0 and it teaches nothing; the reward stays low. The
+# **KL** rises only to about a nat per token: a policy settled on one answer sits at −log of the
+# probability the reference gave that answer, not far away. The fix takes one step per batch
+# (`num_iterations=1`, so ρ = 1 when the gradient is taken) and decays the learning rate (cosine).
+# It changes both at once, so these runs do not say which of the two matters more; the eight steps
+# per batch are a likely cause, not tested here on their own.
+
+# %% [markdown]
 # ## 4. Two cousins: divergence from the reference, and the sign error
 #
 # A learning rate three times the default, held constant, throws the policy far from the reference
@@ -126,14 +145,49 @@ cousins = {f"{r.name}{' + fix' if r.fixed else ''}": r for r in [*others["kl_blo
 fig = compare_runs(cousins, keys=("reward", "kl", "completions/mean_length"), smooth=5)
 
 # %% [markdown]
+# **Divergence from the reference, in plain words.** The broken config sets the learning rate to
+# 1e-3, three times the default, holds it constant, and has no KL term in the loss (β = 0). Each
+# update moves the weights about three times as far, and nothing in the loss pulls them back toward the
+# reference, so the **KL** panel climbs within the first updates, and the **reward** falls with
+# it: the policy has moved away from the answers the base model got right. Once every
+# completion of a group is wrong the group's advantages are all 0, so the reward itself can no longer
+# push the policy back. The fix returns to the default learning rate (3e-4), decays it (cosine) and
+# adds a KL penalty (β = 0.04), which pulls the policy toward the reference in the loss. It changes
+# three things at once; these runs do not say which one is enough.
+#
+# **The sign error, in plain words.** The broken config changes only the advantage estimator: with
+# `topk_minus_own_BROKEN_SIGN`, A = (mean of the group's top-k rewards) − r, so the better a
+# completion, the smaller its advantage. Every update makes the right answers less likely and the
+# wrong ones more likely, so the **reward** falls from the first steps, while the policy is still
+# near the reference; the **KL** rises as the policy keeps moving away from what the reference
+# liked. That order is what `diagnose` reads (`kl_while_reward_fell`) to name a sign
+# error rather than a step that is too large. The fix flips the sign (`topk`: A = r − mean of the
+# top-k), nothing else; the run is checked to end above the broken one, not to match the default
+# estimator.
+
+# %% [markdown]
 # ## What the runs showed
 #
 # The assertions below are the claims of this notebook. In smoke mode the runs are too short for a
-# failure to develop: only the pipeline (every finding names its evidence; the fixed configs train)
-# is checked there. The full run checks that each failure's **first** finding is its own kind, that
-# its fixed run reports nothing at all, and that the fix ends with a higher held-out accuracy.
+# failure to develop, so what is checked there holds at any length: every run trained for the steps
+# it was given and logged, at every step, the four instruments the detectors read; each fixed run
+# differs from its broken run in exactly the fields its fix names; and every finding (if any) names
+# its evidence, cause and fix. The full run also checks that each failure's **first** finding is its
+# own kind, that its fixed run reports nothing at all, and that the fix ends with a higher held-out
+# accuracy.
 
 # %%
+INSTRUMENTS = ("reward", "entropy", "completions/distinct_frac", "kl")
+pairs = {"entropy_collapse": (broken, fixed), **{name: tuple(others[name]) for name in ("kl_blowup", "sign_error")}}
+for name, (b, f) in pairs.items():
+    changed = {x.name for x in dataclasses.fields(b.cfg) if getattr(b.cfg, x.name) != getattr(f.cfg, x.name)}
+    assert changed == set(FAILURES[name].fix), (name, changed)
+    for r in (b, f):
+        want = STEPS[name] or FAILURES[name].steps
+        assert len(r.history) == want and [m["step"] for m in r.history] == list(range(1, want + 1)), name
+        assert all(k in m for m in r.history for k in INSTRUMENTS), name
+    print(f"{name:<18} {want} steps each, broken and fixed; the fix changes only {sorted(changed)}")
+
 table = {}
 for r in [broken, fixed, *others["kl_blowup"], *others["sign_error"]]:
     kind = FAILURES[r.name].kind
@@ -166,31 +220,84 @@ if not SMOKE:
     assert 0.5 < collapse_kl < KL_COLLAPSE, collapse_kl
 
 # %% [markdown]
-# ## Try this
-# - Re-run the broken collapse config with `entropy_coef=0.01` (`run_failure("entropy_collapse",
-#   entropy_coef=0.01)`): does an entropy bonus alone prevent it?
-# - Lower `collapse_distinct_max` in `diagnose(broken.history, collapse_distinct_max=0.2)`: at what
-#   value does the detector stop firing on the broken run?
-# - Change `seed`: is the step of detection stable?
+# ## Summary
+# - Eight updates on every batch at temperature 0.5 and a constant learning rate collapse the tiny
+#   model: `diagnose` names `entropy_collapse` first (entropy below half its start, few distinct
+#   completions per group, a low reward), while the KL's highest 20-step median stays below
+#   `collapse_kl_max` (asserted in the full run).
+# - A constant learning rate of 1e-3 without a KL penalty is named `kl_blowup` first; the
+#   sign-flipped top-k advantage is named `reward_decline` first (asserted in the full run).
+#   `diagnose` tells the two apart by the KL while the reward fell.
+# - For each of the three, the fix on the same seed reports no finding and ends with a higher
+#   held-out accuracy than the broken run (asserted in the full run).
+# - A finding carries the step it starts, its evidence, a cause and a fix; a finding that follows
+#   from another is listed under it as a consequence.
 #
-# ## Exercise
-# Write a detector `distinct_floor(history, level)` that returns the first step at which the
-# 10-step mean of `completions/distinct_frac` drops below `level` (or None), and run it on both runs.
-
-# %% [markdown] jupyter={"source_hidden": true}
-# **Solution** (the next cell).
+# ## Questions
+# 1. With `num_iterations=8`, ρ = 1 for every token at the first update of a batch. What is it at
+#    the second, and when does the clip at 1 ± ε_clip stop a token's gradient?
+# 2. A collapsed policy gives one answer with probability 1, and the reference gave each of that
+#    answer's tokens probability 0.4. About what KL per token does the collapsed policy sit at?
+# 3. The KL blow-up and the sign error both end with a high KL and a low reward. Which order of
+#    events tells them apart?
+# 4. Every completion of a group is wrong. What are its advantages, and why does that make a run
+#    that has drifted far from the reference hard to bring back with the reward alone?
+# 5. The collapse fix changes `num_iterations` and `lr_schedule` together. What run would tell you
+#    which of the two is the cure?
+#
+# <details><summary>Answers</summary>
+#
+# 1. No longer 1: the first update moved the policy, so ρ = π_θ / π_old differs from 1 for every
+#    sampled token. A token's gradient stops once its ρ has left [1 − ε_clip, 1 + ε_clip] in the
+#    direction its advantage pushes (above for A > 0, below for A < 0).
+# 2. About −log 0.4 ≈ 0.92 nats per token: the KL of a policy sure of one answer is −log of the
+#    probability the reference gives it, which is why a collapse sits near one nat.
+# 3. In a sign error the reward falls first, while the policy is still near the reference, and the
+#    KL follows; in a KL blow-up the KL is already high when the reward falls.
+# 4. All 0 (every reward equals the group mean): the group gives no gradient at all, so nothing in
+#    the reward pulls the policy back toward answers it has stopped writing.
+# 5. The broken config with only `num_iterations=1` (constant learning rate), and the broken config
+#    with only the cosine decay, on the same seed.
+# </details>
+#
+# ## Exercises
+# 1. Re-run the broken collapse config with `entropy_coef=0.01` (`run_failure("entropy_collapse",
+#    entropy_coef=0.01)`): does an entropy bonus alone prevent it?
+# 2. Lower `collapse_distinct_max` in `diagnose(broken.history, collapse_distinct_max=0.2)`: at what
+#    value does the detector stop firing on the broken run?
+# 3. Change `seed`: is the step of detection stable?
+# 4. **Code.** Write a detector `distinct_floor(history, level, window=10)` that returns the first
+#    step at which the `window`-step mean of `completions/distinct_frac` drops below `level` (or None),
+#    and run it on the broken and fixed collapse runs. Check it on levels whose answer you know
+#    without running anything.
+#
+# The solution to 4 is in the next cell (click to expand it).
 
 # %% jupyter={"source_hidden": true}
+# Solution to exercise 4.
 from grpo_kit.eval import rolling_means, series
 
 
-def distinct_floor(history, level=0.3):
-    for step, v in rolling_means(series(history, "completions/distinct_frac"), 10):
+def distinct_floor(history, level=0.3, window=10):
+    """First step whose `window`-step mean of completions/distinct_frac is below `level`, or None."""
+    for step, v in rolling_means(series(history, "completions/distinct_frac"), window):
         if v < level:
             return step
     return None
 
-print("broken:", distinct_floor(broken.history), " fixed:", distinct_floor(fixed.history))
+
+window = min(10, len(broken.history))  # 10 in the full run; the smoke runs are shorter
+print("broken:", distinct_floor(broken.history, 0.3, window), " fixed:", distinct_floor(fixed.history, 0.3, window))
+for r in (broken, fixed):
+    d = [m["completions/distinct_frac"] for m in r.history]  # one value per step
+    # the same answer from a direct scan of the window means
+    direct = next((r.history[i]["step"] for i in range(window - 1, len(d))
+                   if sum(d[i - window + 1:i + 1]) / window < 0.3), None)
+    assert distinct_floor(r.history, 0.3, window) == direct
+    # distinct_frac lies in [1/G, 1]: level 0 never fires; a level above 1 fires at the first full window
+    assert distinct_floor(r.history, 0.0, window) is None
+    assert distinct_floor(r.history, 1.01, window) == r.history[window - 1]["step"]
 
 # %% [markdown]
-# **Next:** [06 · reward spikes and reward hacking](06_failure_reward_spikes_and_hacking.ipynb).
+# **Next:** [06 · Failure lab II](06_failure_reward_spikes_and_hacking.ipynb): reward spikes and
+# reward hacking, two failures that start in the judge rather than in the optimiser.

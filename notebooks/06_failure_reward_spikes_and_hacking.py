@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 06 · Failure lab II: reward spikes and reward hacking
 #
+# **The question.** Which advantage normalisation amplifies a spiky or noisy judge, and what shows that a judge is being gamed?
+#
 # **What you will learn.** Two failures that start in the *judge*, not in the optimiser:
 # 1. **reward spikes**: a judge that now and then pays a huge reward (a bonus that almost never
 #    fires, a scorer bug) or that is noisy. Which advantage normalisation *amplifies* the damage and
@@ -38,17 +40,19 @@ import torch
 from grpo_kit.core import compute_advantages
 from grpo_kit.eval import report
 from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, failures, finding_marks, run_failure
-from grpo_kit.view import Dashboard, compare_runs, record
+from grpo_kit.view import Dashboard, compare_runs, record, smoke_banner
 
 SHORT = 6 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
 THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
+smoke_banner(SMOKE)
 
 # %% [markdown]
 # ## 1. One group, three normalisations
 #
-# Take two groups of G = 4 completions. In the first, one completion hit a **jackpot** of 40 (the
-# others are right, 1, or wrong, 0). In the second, all four are wrong, but the judge is **noisy**:
+# Take two groups of G = 4 completions. In the first, one *wrong* completion hit a **jackpot**: the
+# jackpot judge (printed below) pays exact_answer plus 40, so it scores 0 + 40; of the other three,
+# one is right (r = 1) and two are wrong (r = 0). In the second, all four are wrong, but the judge is **noisy**:
 # it adds a little Gaussian noise (std 0.05) to every score. The advantages under
 # `scale_rewards='none'` (Dr. GRPO: r - mean), `'group'` (DeepSeekMath: z-score within the group)
 # and `'batch'` (divide by the std of the whole batch):
@@ -63,8 +67,20 @@ print(f"{'':<8}{'jackpot group':>34}{'noisy all-wrong group':>36}")
 for s, a in adv.items():
     print(f"{s:<8}{[round(x, 2) for x in a[0].tolist()]!s:>34}{[round(x, 2) for x in a[1].tolist()]!s:>36}")
 print(inspect.getsource(failures.jackpot_judge))
+RIGHT = 1  # the jackpot group's one right answer (r = 1)
+for s, a in adv.items():  # the jackpot lifts the group mean to 10.25: the right answer sits below it
+    assert a[0, RIGHT] < 0, (s, a[0, RIGHT])
+    assert a[0, RIGHT] > a[0, 0], (s, a[0])  # still above the wrong answers: the order survives, the sign does not
 
 # %% [markdown]
+# **The right answer is pushed down.** Look at the second number of the jackpot group: under
+# `'none'` the one right answer gets A = −9.25. The jackpot lifts the group's mean reward to
+# (0 + 1 + 0 + 40) / 4 = 10.25, and a reward of 1 is far below that mean, so the update makes the
+# right answer *less* likely. `'group'` and `'batch'` do not rescue it: they divide r − mean by a
+# positive std, which shrinks A (−0.47 and −0.66 in the table) but cannot change its sign. The cell
+# asserts that the right answer's A is negative under all three. The baseline is what the jackpot
+# broke, and no rescaling repairs a baseline: the exercise at the end clips the judge instead.
+#
 # Read the two columns:
 # - **the jackpot** goes straight into the update under `'none'`: its advantage is about 30, thirty
 #   times a right answer's. `'group'` bounds every group's advantages by about sqrt(G - 1), whatever
@@ -108,10 +124,13 @@ fig = compare_runs(spikes, keys=("reward", "gold_reward", "advantages/max_abs", 
                    marks=finding_marks(spikes, "reward_spike"))
 
 # %% [markdown]
-# The judge still pays the jackpot under `'group'` (the *reward* spikes the same: the detector,
-# which reads the reward, still names it, and that is right: the judge is still broken). What changes
+# The judge still pays the jackpot under `'group'`: the *reward* curve spikes the same. What changes
 # is what the update does with it: the largest advantage and the gradient norm (the table above shows
-# what each run did to the gold reward). The real fix is in the judge (clip it, or remove the bonus).
+# what each run did to the gold reward). `diagnose` reports a `reward_spike` only when the step's
+# largest |A| is also above what group z-scores can give one sample, (G − 1)/√G = 1.5 for G = 4: a
+# spike the normalisation bounds no longer dominates the update, so the `'group'` run reports nothing
+# (the full run asserts it below). The judge is still broken, though: the real fix is in the judge
+# (clip it, or remove the bonus).
 
 # %% [markdown]
 # ## 3. Reward hacking: a judge that pays for length
@@ -181,23 +200,86 @@ if not SMOKE:
 # - Swap the jackpot for `failures.noisy_judge(seed, sigma=0.2)` with `scale_rewards='group'`, G = 2:
 #   does the noise alone stall learning?
 # - Give the length judge a KL anchor (`beta=0.1`): does it slow the hack, or only delay it?
+
+# %% [markdown]
+# ## Summary
+# - On one group with a jackpot of 40, `'none'` passes the spike straight into the advantages
+#   (|A| about 30) while `'group'` bounds every advantage by √(G − 1); on an all-wrong group with
+#   judge noise of std 0.05, `'group'` blows the noise up more than tenfold and `'none'` does not.
+# - The jackpot also moves the baseline: the one right answer's advantage is negative under all
+#   three normalisations (−9.25 under `'none'`), and clipping the judge to [0, 1] makes it positive again.
+# - On the `reward_spike` runs, the full run asserts that `diagnose` names the spike first, that
+#   `'group'` cuts the largest |A| more than tenfold, and that the fixed run reports nothing.
+# - On the `reward_hacking` runs, the full run asserts that the proxy reward climbs, that `diagnose`
+#   names `reward_hacking` first, and that training on the gold judge ends with a higher gold reward.
 #
-# ## Exercise
-# Write a judge `clipped(judge, hi=1.0)` that wraps any reward function and clips its scores to
-# [0, hi], and check on the jackpot group of section 1 that `'none'` no longer passes a spike through.
+# ## Questions
+# 1. A group's rewards are [0, 1, 0, 40]. Predict the right answer's advantage under `'none'`. Is it
+#    positive under `'group'`?
+# 2. Four wrong completions get 0 plus judge noise of std 0.05. Predict the size of the largest |A|
+#    under `'none'` and under `'group'`.
+# 3. The `'group'` run's *reward* still spikes when the jackpot fires. Why does `diagnose` report
+#    nothing on it?
+# 4. The proxy reward climbs in the reward-hacking run. Which logged number shows the model is not
+#    getting better, and why is it never used for training?
+# 5. Clipping the jackpot group to [0, 1] gives the wrong jackpot completion r = 1. What advantage
+#    does it get under `'none'`, and what fix would not pay it?
+#
+# <details><summary>Answers</summary>
+#
+# 1. A = 1 − 10.25 = −9.25. No: `'group'` divides by the group's std (a positive number), so it stays
+#    negative (−0.47). Normalisation rescales r − mean; it cannot move the mean.
+# 2. Under `'none'`, the size of the noise itself (about 0.1 in the table); under `'group'`, about 1
+#    (1.32 in the table): dividing noise by its own std makes it unit-size, like a real right-vs-wrong gap.
+# 3. Its `reward_spike` check also asks for the step's largest |A| above (G − 1)/√G, the most group
+#    z-scores give one sample. Under `'group'` the spike cannot exceed it, so it does not dominate the
+#    update, and nothing is reported. The judge is still broken.
+# 4. `gold_reward`, the exact-answer judge scored on the same completions. If it were trained on, it
+#    would be one more target the policy can find loopholes in, and it would no longer be an
+#    independent check.
+# 5. The same +0.5 as the right answer: clipping bounds the damage but still credits a wrong answer.
+#    Removing the bonus from the judge (exact_answer alone) gives it r = 0 and A = −0.25.
+# </details>
+#
+# ## Exercises
+# 1. **Code.** Write a judge `clipped(judge, hi=1.0)` that wraps any reward function and clips its
+#    scores to [0, hi]. Call it on a judge that reproduces section 1's jackpot group, recompute the
+#    advantages under `'none'`, and check that the right answer's advantage turns positive.
+# 2. Pass `clipped` around `failures.jackpot_judge(SEED)` as the reward function of
+#    `run_failure("reward_spike", reward_funcs=[...])`: does `diagnose` still find a spike?
 
 # %% [markdown] jupyter={"source_hidden": true}
-# **Solution** (the next cell).
+# **Solution to 1** (the next cell): one group, no training.
 
 # %% jupyter={"source_hidden": true}
+from grpo_kit.rewards.judges import exact_answer
+
+
 def clipped(judge, hi=1.0):
+    """``judge`` with every score clipped to [0, hi]."""
     def f(prompts, completions, **columns):
         return [min(max(r, 0.0), hi) for r in judge(prompts, completions, **columns)]
     f.__name__ = f"clipped_{getattr(judge, '__name__', 'judge')}"
     return f
 
-clipped_group = jackpot.clamp(0.0, 1.0)
-print(compute_advantages(clipped_group, "none"))
+
+def section1_judge(prompts, completions, answer, **columns):
+    """exact_answer, plus a jackpot of 40 on the fourth completion: section 1's jackpot group."""
+    right = exact_answer(prompts, completions, answer=answer, **columns)
+    return [r + (40.0 if i == 3 else 0.0) for i, r in enumerate(right)]
+
+
+prompts1, completions1, answers1 = ["12+13="] * 4, ["24", "25", "26", "27"], ["25"] * 4  # one right: the second
+raw1 = torch.tensor([section1_judge(prompts1, completions1, answer=answers1)])                # (1, G)
+clip1 = torch.tensor([clipped(section1_judge)(prompts1, completions1, answer=answers1)])      # (1, G)
+assert torch.equal(raw1, jackpot)                                                             # section 1's group
+adv_raw1, adv_clip1 = compute_advantages(raw1, "none"), compute_advantages(clip1, "none")     # (1, G) each
+print("rewards", raw1.tolist(), "-> A", adv_raw1.tolist())
+print("clipped", clip1.tolist(), "-> A", adv_clip1.tolist())
+assert adv_raw1[0, RIGHT] < 0 < adv_clip1[0, RIGHT]        # clipping the jackpot restores the right answer's sign
+assert adv_clip1.abs().max() <= 1.0                         # and no advantage is larger than the clipped range
+assert adv_clip1[0, 3] == adv_clip1[0, RIGHT]               # but the wrong jackpot completion is paid like a right one
 
 # %% [markdown]
-# **Next:** [07 · the troubleshooting clinic](07_troubleshooting_clinic.ipynb).
+# **Next:** [07 · The troubleshooting clinic](07_troubleshooting_clinic.ipynb): the usual GRPO
+# troubleshooting advice, tried on the tiny model, with each claim set against what one seed can show.

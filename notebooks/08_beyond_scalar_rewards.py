@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 08 · Beyond one scalar per answer: pairwise judges, process rewards, a value head, a learned judge
 #
+# **The question.** Do pairwise judges, process rewards, a critic or a learned judge beat one number per answer?
+#
 # Plain GRPO gives each completion one number (its reward) and compares it with its group. The
 # kit can make the advantages from more than that, each switched on with one config field
 # (`advantage_estimator`):

@@ -9,6 +9,8 @@
 # %% [markdown]
 # # 09 · From the toy to a real model
 #
+# **The question.** What changes, and what does not, when the model is a real one?
+#
 # Everything so far ran on a 0.9M-parameter model that adds 2-digit numbers. This notebook shows
 # that nothing in the kit is specific to it: **the same config and the same reward functions**
 # train a real Hugging Face model when you change three parameters, and the same run can be

@@ -150,3 +150,23 @@ def test_each_notebook_opens_and_ends_like_the_series(py):
     i = IDS.index(py.stem)
     want = f"{IDS[i + 1]}.ipynb" if i + 1 < len(IDS) else "README.md"
     assert links and links[-1] == want, f"{name}: its last '**Next:** [...](...)' link must go to {want}, got {links[-1:]}"
+
+
+def _question(text: str) -> str:
+    m = re.search(r"^# \*\*The question\.\*\* (.+)$", text, flags=re.M)
+    return m.group(1).strip() if m else ""
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=IDS)
+def test_each_notebook_asks_one_question_and_the_indexes_quote_it(py):
+    """Each notebook states its one question under its title; the README's track table and the notebook
+    index (notebooks/README.md) quote that question word for word, so a reader sees the same promise."""
+    q = _question(py.read_text())
+    assert q.endswith("?"), f"{py.name}: put '# **The question.** ...?' right under the title"
+    root = py.parent.parent
+    readme = root.joinpath("README.md").read_text()
+    row = re.search(rf"\]\(notebooks/{re.escape(py.stem)}\.ipynb\) \| ([^|]*) \|", readme)
+    assert row and row.group(1).strip() == q, f"README.md's row for {py.stem} must quote: {q}"
+    index = (py.parent / "README.md").read_text()
+    row = re.search(rf"\]\({re.escape(py.stem)}\.ipynb\) \| \*\*([^*]*)\*\*", index)
+    assert row and row.group(1).strip() == q, f"notebooks/README.md's row for {py.stem} must open with **{q}**"
