@@ -154,7 +154,7 @@ print("log-probs of the first completion's tokens:", logp[0][mask[0] > 0].detach
 
 # %%
 loss = -(A[:, None] * logp * mask).sum() / mask.sum()                # the equation above
-kit_per_token, _ = grpo_per_token_loss(logp, logp.detach(), None, A, mask)  # (B, T) clipped form, r = 1
+kit_per_token, _ = grpo_per_token_loss(logp, logp.detach(), None, A, mask)  # (B, T) clipped form, ρ = 1
 kit_loss = aggregate(kit_per_token, mask, cfg.loss_type)
 params = list(policy.parameters())
 g_hand = torch.autograd.grad(loss, params, retain_graph=True)
@@ -322,7 +322,7 @@ else:
 # - The policy-gradient loss written by hand, −Σ A log π / Σ|o|, has the same gradient as the kit's
 #   clipped loss at ρ = 1 (checked to 1e-6).
 # - One small plain gradient step on that loss made every rewarded completion more likely (checked).
-#   AdamW's first step is not small: it moves almost every weight by `lr`, following the sign of
+#   AdamW's first step is not small: it moves most weights by `lr` (the cell prints the share), following the sign of
 #   its gradient, not its size (checked: the median weight moved by `lr`).
 # - The full run (500 steps, `SMOKE = False`) checks that GRPO raises held-out greedy accuracy by at
 #   least 25 points with nothing but a right/wrong reward.

@@ -305,11 +305,13 @@ kl_table = {}
 for beta in BETAS:
     th = theta.clone().requires_grad_(True)
     opt = torch.optim.Adam([th], lr=0.05)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 3000)  # a constant step keeps circling the optimum
     for _ in range(3000):
         objective = (torch.softmax(th, -1) * r).sum() - beta * kl_exact(th, theta)
         opt.zero_grad()
         (-objective).backward()
         opt.step()
+        decay.step()
     found, star = torch.softmax(th.detach(), -1), kl_regularised_optimum(theta, r, beta)  # (4,) each
     a = draw(th.detach(), 1, KL_SAMPLES, gen)[0]                                          # (S,) samples of pi*
     k3 = kl_k3(torch.log_softmax(th.detach(), -1)[a], torch.log_softmax(theta, -1)[a])    # (S,)

@@ -196,7 +196,8 @@ display(W.VBox([W.HBox([k_slider, scale_buttons]), k_out]))
 # - `group` (DeepSeekMath's z-score) and `batch` coincide here (the batch is this one group);
 #   `none` (Dr. GRPO) is the same shape without the division by the std, and `rloo` is `none` times
 #   G/(G-1).
-# - `rank` only sees the order: the gap between 0.9 and 1.0 counts as much as between 0.0 and 0.5.
+# - `rank` only sees the order: each step up one rank is worth the same, whether the rewards differ by
+#   0.1 or by 0.5.
 # - `kmeans` compares each answer with answers of *similar* reward, so its signs look random (section 5).
 # - `topk` (corrected) pushes nearly everyone down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
 
@@ -224,7 +225,7 @@ advantage_sliders(REWARDS)
 # When every answer gets the same reward (all right, or all wrong) there is nothing to compare.
 # The std is 0, and a z-score written without care divides 0 by 0. A variant you will meet in
 # quick implementations writes exactly `(g - g.mean()) / g.std()`. The kit adds TRL's
-# eps = 1e-4, and every estimator returns 0 there.
+# eps = 1e-4, and every estimator in the table returns 0 there.
 
 # %%
 flat = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
@@ -425,7 +426,7 @@ print("claims hold: with the z-score a prompt's total push is G-1 whatever k, an
 #   Without the division (`none`, Dr. GRPO) the push is G p(1 − p), largest at k = G/2.
 # - The kit's z-score divides by the sample std (divisor G − 1), so no advantage exceeds
 #   (G − 1)/√G in size, whatever the rewards; the lone right answer at k = 1 reaches it (2.47 at G = 8).
-# - A group whose rewards are all equal gets advantage 0 from every estimator in the kit; the
+# - A group whose rewards are all equal gets advantage 0 from every estimator in the table; the
 #   z-score written without ε_std gives NaN there.
 # - For 0/1 rewards the noise of the group's std can be computed exactly from Binomial(G, p); the
 #   Gaussian (chi) formula overstates it at every G from 2 to 64.

@@ -72,7 +72,7 @@ smoke_banner(SMOKE)
 #
 # With one update per batch (`num_iterations=1`) the ratio is exactly 1 when the gradient is taken,
 # and clipping never acts. It matters when the same samples are used for several updates, or are
-# stale. The objective per token, as a function of the ratio r:
+# stale. The objective per token, as a function of the ratio ρ:
 
 # %%
 print(inspect.getsource(L.clipped_surrogate))
@@ -91,12 +91,12 @@ def plot_objective(epsilon=0.2, epsilon_high=0.28):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
     for ax, a in zip(axes, (1.0, -1.0)):
         obj, grad = curves[a]
-        ax.plot(r, obj, label="min(rA, clip(r)A)")
+        ax.plot(r, obj, label="min(ρA, clip(ρ)A)")
         ax.plot(r, r * a, ls=":", color="0.5", label="rA (unclipped)")
         flat = grad == 0
         ax.scatter(r[flat], obj[flat], s=4, color="C3", label="zero gradient")
         ax.axvline(1 - epsilon, color="0.8"); ax.axvline(1 + epsilon_high, color="0.8")
-        ax.set_title(f"A = {a:+.0f}"); ax.set_xlabel("ratio r"); ax.legend(fontsize=8)
+        ax.set_title(f"A = {a:+.0f}"); ax.set_xlabel("ratio ρ"); ax.legend(fontsize=8)
     return fig
 
 fig = plot_objective()

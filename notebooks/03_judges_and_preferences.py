@@ -286,7 +286,8 @@ else:
 #    differ from the recorded ones, and the recorded wrong answers are ones it no longer makes:
 #    the data is off-policy and used up, while online sampling keeps finding the current model's
 #    mistakes.
-# 2. When we tried it, accuracy fell (41% → about 31%): a pure preference loss only fixes
+# 2. When we tried it at lr 3e-4 (2026-12-03, section 5's cell with `NLL_COEF = 0`), accuracy fell
+#    (41% → about 31%); at this notebook's lr 1e-4 run it and see: a pure preference loss only fixes
 #    *differences* of log-probabilities, so both sides of each pair were pushed down and the
 #    probability went to answers nobody had sampled.
 # </details>

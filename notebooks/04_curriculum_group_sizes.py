@@ -20,8 +20,8 @@
 # 3. How to compare them fairly: **at the same number of generated completions**, over several
 #    seeds, and what the comparison shows on the tiny model (including which strategies did not help).
 #
-# **Time**: under 3.5 minutes on 2 quiet CPU cores with the full parameters (24 training runs of
-# 8192 completions each; the claims cell prints the wall time); `SMOKE=True` runs every cell in 20 s.
+# **Time**: 2.4 minutes with the full parameters on 2 shared CPU cores (measured 2026-12-06 with
+# `make test-full`; 24 training runs of 8192 completions each; the claims cell prints the wall time); `SMOKE=True` runs every cell in 20 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: tiny budgets, every cell still runs.
@@ -389,7 +389,7 @@ record("replayed_groups", float(sum(m["replay/groups"] for m in rep)))
 # `temperature=[0.7, 0.7, 1.0, 1.2]` gives the completions of a group different temperatures
 # (cycled over its G rows). Each row is sampled at its temperature **and** its log-probs in the
 # loss are computed at the same temperature (logits divided row by row), so the ratio compares
-# like with like. One group of eight from the base model:
+# like with like. 64 groups of eight from the base model, counted by temperature:
 
 # %%
 from grpo_kit.model import row_temperatures, sample_groups

@@ -82,8 +82,9 @@ for s, a in adv.items():  # the jackpot lifts the group mean to 10.25: the right
 # broke, and no rescaling repairs a baseline: the exercise at the end clips the judge instead.
 #
 # Read the two columns:
-# - **the jackpot** goes straight into the update under `'none'`: its advantage is about 30, thirty
-#   times a right answer's. `'group'` bounds every group's advantages by about sqrt(G - 1), whatever
+# - **the jackpot** goes straight into the update under `'none'`: its advantage is about 30, where a
+#   right answer in a group without a jackpot gets at most 1. `'group'` bounds every group's advantages
+#   by (G − 1)/√G (1.5 at G = 4; [01](01_group_normalization.ipynb) derives it), whatever
 #   the reward scale: it **damps** a spike. (`'batch'` damps it too, and shrinks every other group's
 #   advantages along with it.)
 # - **the noisy group** has no real signal, yet `'group'` divides noise by noise and hands it
@@ -98,7 +99,7 @@ record("spike_max_abs_adv", {s: v[0] for s, v in max_abs.items()})
 record("noise_max_abs_adv", {s: v[1] for s, v in max_abs.items()})
 assert max_abs["none"][0] > 10 * max_abs["group"][0]          # none passes the jackpot through, group damps it
 assert max_abs["group"][1] > 10 * max_abs["none"][1]          # group amplifies noise, none keeps it small
-assert max_abs["group"][0] <= (4 - 1) ** 0.5 + 1e-4            # the bound sqrt(G - 1) (unbiased std)
+assert max_abs["group"][0] <= (4 - 1) / 4 ** 0.5 + 1e-4        # the bound (G - 1)/sqrt(G) (sample std, as in 01)
 
 # %% [markdown]
 # ## 2. Break it: a jackpot judge with small groups and no scaling
@@ -204,7 +205,7 @@ if not SMOKE:
 # %% [markdown]
 # ## Summary
 # - On one group with a jackpot of 40, `'none'` passes the spike straight into the advantages
-#   (|A| about 30) while `'group'` bounds every advantage by √(G − 1); on an all-wrong group with
+#   (|A| about 30) while `'group'` bounds every advantage by (G − 1)/√G; on an all-wrong group with
 #   judge noise of std 0.05, `'group'` blows the noise up more than tenfold and `'none'` does not.
 # - The jackpot also moves the baseline: the one right answer's advantage is negative under all
 #   three normalisations (−9.25 under `'none'`), and clipping the judge to [0, 1] makes it positive again.

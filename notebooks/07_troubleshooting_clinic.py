@@ -373,6 +373,6 @@ print("reward hacking:", f.summary() if f else "not detected in this (short) run
 print("held-out accuracy", reading(hack.run.evals[0][1], hack.run.evals[-1][1]))
 
 # %% [markdown]
-# **Next:** [08 · Beyond one scalar per answer](08_beyond_scalar_rewards.ipynb): advantages made
+# **Next:** [08 · Beyond scalar rewards](08_beyond_scalar_rewards.ipynb): advantages made
 # from more than one reward per completion: pairwise judges, a score per step, a value head and a
 # learned judge.

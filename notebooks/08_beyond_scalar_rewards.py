@@ -100,7 +100,7 @@ smoke_banner(SMOKE)
 # less: k right answers of G give the right ones (G - k)/(G - 1) and the wrong ones -k/(G - 1),
 # which is G/(G - 1) (r_i - mean_g r): plain GRPO's advantage times a constant (RLOO's).
 #
-# We check both on a real batch: the base model answers 16 held-out-style prompts 8 times each.
+# We check both on a real batch: the base model answers 16 training prompts 8 times each.
 
 # %%
 base_policy, base_tok = load_model("tiny")  # the add2 base; each run trains its own copy

@@ -550,7 +550,7 @@ if not any("lora" in k for k in verl_overrides):
 # ### Many GPUs: `accelerate launch`
 # With a YAML of this config, the same run goes to TRL on 8 GPUs with DeepSpeed ZeRO-2 (the config
 # files are in `configs/`; ZeRO-3 also shards the weights, and `--trl-arg use_vllm=true` generates
-# with vLLM; the README shows those variants). We print the command and do not run it here.
+# with vLLM; [Graduating to many GPUs](../docs/graduating.md) shows those variants). We print the command and do not run it here.
 
 # %%
 config_file = WORK / "config.yaml"
@@ -656,7 +656,7 @@ else:
 #   `DATASET` and `DEVICE` change, and the chat template is applied when the tokenizer has one.
 # - A saved model loads by path, the same `from_pretrained` call a hub name takes.
 # - LoRA trains adapters only; on a model this small it saves no memory (activations and logits
-#   dominate), on a 0.5B-shaped slice it halves the peak (both measured in the full run).
+#   dominate), on a 0.5B-shaped slice it cuts the peak to less than half (both measured in the full run).
 # - The memory estimator gives the largest micro-batch for a model on a GPU, and the same config
 #   becomes TRL and verl settings when one machine is not enough.
 #
@@ -717,10 +717,10 @@ assert longest[False] is not None and longest[True] > longest[False]  # checkpoi
 record("exercise_longest_completion", {str(k): v for k, v in longest.items()})
 
 # %% [markdown]
-# This is the last notebook of the series. For a real run: `configs/gsm8k.yaml` with `grpo-kit train`,
+# This is the last lesson; a FAQ and a capstone follow. For a real run: `configs/gsm8k.yaml` with `grpo-kit train`,
 # then [Graduating to many GPUs](../docs/graduating.md): TRL with accelerate and DeepSpeed, or verl on Ray.
 #
-# **Next:** [back to the index](README.md): the notebooks, what each asserts, and two workshop plans.
+# **Next:** [10 · GRPO FAQ](10_grpo_faq.ipynb): the questions GRPO users ask most, each reproduced on the tiny model and answered.
 
 # %%
 shutil.rmtree(WORK, ignore_errors=True)  # the scratch folder: the saved model, the runs, the export (copy it first to keep it)

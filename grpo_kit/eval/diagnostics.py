@@ -356,7 +356,7 @@ def zero_variance_stall(h, t, cfg=None):
                            f"Almost every group's completions get the same reward (the task is too "
                            f"{'easy' if easy else 'hard'} for this model), so every advantage is 0 and there is "
                            f"no gradient.",
-                           f"a {'harder' if easy else 'easier'} task or curriculum, a partial-credit reward, more "
+                           f"{'a harder' if easy else 'an easier'} task or curriculum, a partial-credit reward, more "
                            f"completions per group (num_generations), or dynamic sampling (drop all-equal groups)")
     return None
 

@@ -137,7 +137,7 @@ FAILURES: dict[str, Failure] = {f.name: f for f in [
             dict(reward_funcs=["jackpot_judge"], num_generations=4, scale_rewards="none",
                  gold_reward_funcs=["exact_answer"]),
             dict(scale_rewards="group"),
-            "group z-scores bound a group's advantages by sqrt(G-1), whatever the reward scale", steps=40),
+            "group z-scores bound a group's advantages by (G-1)/sqrt(G), whatever the reward scale", steps=40),
     Failure("grad_explosion", "grad_explosion",
             "a judge that rarely pays a jackpot of 200, no reward scaling, gradient clipping off",
             dict(reward_funcs=["big_jackpot_judge"], num_generations=4, scale_rewards="none", max_grad_norm=1e6,
