@@ -121,7 +121,8 @@ record("reinforce_z", z_plain.tolist())
 # reward: $\mathbb{E}[b\, \nabla_\theta \log \pi_a] = b \sum_a \nabla_\theta \pi_a = b\, \nabla_\theta 1 = 0$.
 # The expectation is unchanged, the spread is not: with no reward negative, plain REINFORCE never
 # pushes a sampled action down; it pushes the good ones up harder and relies on the averaging. With a baseline,
-# below-average answers are pushed down.
+# below-average answers are pushed down. The weight r − b is the **advantage** A: how much better the
+# sampled answer did than the baseline.
 #
 # GRPO has no learned baseline (no critic). It uses the mean reward of the other answers to the
 # same prompt. Three ways to take it, each a variant you will meet:

@@ -72,7 +72,9 @@ smoke_banner(SMOKE)
 #
 # With one update per batch (`num_iterations=1`) the ratio is exactly 1 when the gradient is taken,
 # and clipping never acts. It matters when the same samples are used for several updates, or are
-# stale. The objective per token, as a function of the ratio ρ:
+# stale. The interval [1 − ε_clip, 1 + ε_high] is the **trust region**: inside it a token's ratio may
+# move freely; past its edge, in the direction the advantage asks for, the token stops pushing.
+# The objective per token, as a function of the ratio ρ:
 
 # %%
 print(inspect.getsource(L.clipped_surrogate))

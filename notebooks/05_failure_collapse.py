@@ -128,7 +128,7 @@ fig = compare_runs(pair, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5, marks
 # A learning rate three times the default, held constant, throws the policy far from the reference
 # model within a few updates (the KL panel) and the reward falls. An advantage with the wrong sign
 # trains the model *away* from its best answers: the reward falls first, while the policy is still
-# near the reference, and the KL follows. Both runs trip both detectors; `diagnose` tells them apart
+# near the reference, and the KL follows. Each can trip both detectors (the reports above show which); `diagnose` tells them apart
 # by the KL while the reward fell (`kl_while_reward_fell` in the evidence), and names each one's cause
 # first. Each is detected, then fixed:
 
