@@ -9,13 +9,14 @@ from grpo_kit.errors import (
            DataError,
            GRPOKitError,
            RewardError,
+           RunFolderError,
 )
 from grpo_kit.loop.checks import check_config
 from grpo_kit.loop.train import setup, train
 from grpo_kit.model.tiny import load_model
 
 __all__ = ["GRPOConfig", "check_config", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
-           "RewardError", "CheckpointError"]
+           "RewardError", "CheckpointError", "RunFolderError"]
 __version__ = "0.1.0"
 
 from grpo_kit import compat as _compat  # noqa: E402  (old module names, after the package's own imports)

@@ -50,14 +50,15 @@ from itertools import pairwise
 
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit.core.advantages import rloo
-from grpo_kit.core.losses import clipped_surrogate, kl_k3
-from grpo_kit.core.reinforce import (
+from grpo_kit.core import (
+    clipped_surrogate,
     draw,
     exact_gradient,
     kl_exact,
+    kl_k3,
     kl_regularised_optimum,
     off_policy_gradients,
+    rloo,
     sampled_gradients,
 )
 from grpo_kit.view import record, smoke_banner

@@ -253,7 +253,7 @@ if not SMOKE:
 # **Solution to 1** (the next cell): one group, no training.
 
 # %% jupyter={"source_hidden": true}
-from grpo_kit.rewards.judges import exact_answer
+from grpo_kit.rewards import exact_answer
 
 
 def clipped(judge, hi=1.0):

@@ -73,8 +73,14 @@ import numpy as np
 import pandas as pd
 import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
-from grpo_kit.core import compute_advantages, pairwise_winrate, rank_based
-from grpo_kit.core.advantages import hybrid_gae, hybrid_gae_terms, process_advantages
+from grpo_kit.core import (
+    compute_advantages,
+    hybrid_gae,
+    hybrid_gae_terms,
+    pairwise_winrate,
+    process_advantages,
+    rank_based,
+)
 from grpo_kit.data import DATASETS_DIR, get_task
 from grpo_kit.eval import columns_of, greedy_accuracy
 from grpo_kit.loop import beyond_scalar

@@ -35,11 +35,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from grpo_kit import GRPOConfig, setup, train
+from grpo_kit import ConfigError, GRPOConfig, RunFolderError, setup, train
 from grpo_kit.data import DATASETS_DIR
-from grpo_kit.errors import ConfigError, RunFolderError
-from grpo_kit.eval.diagnostics import diagnose, read_history, report, series
-from grpo_kit.loop.train import resume_run
+from grpo_kit.eval import diagnose, read_history, report, series
+from grpo_kit.loop import resume_run
 from grpo_kit.model import estimate_memory, suggest_micro_batch
 from grpo_kit.view import record, smoke_banner
 

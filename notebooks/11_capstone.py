@@ -50,8 +50,7 @@ import time
 
 from grpo_kit import GRPOConfig, load_model, setup, train
 from grpo_kit.data import get_task, heldout_split
-from grpo_kit.eval import greedy_accuracy, report
-from grpo_kit.eval.diagnostics import diagnose
+from grpo_kit.eval import diagnose, greedy_accuracy, report
 from grpo_kit.lab import failures
 from grpo_kit.view import Dashboard, compare_runs, record, smoke_banner
 

@@ -18,11 +18,32 @@ from grpo_kit.core.advantages import (
     compute_advantages,
     estimate_advantages,
     group_zscore,
+    hybrid_gae,
+    hybrid_gae_terms,
     pairwise_winrate,
+    process_advantages,
     rank_based,
+    rloo,
     zero_std_groups,
 )
-from grpo_kit.core.losses import aggregate, grpo_loss, grpo_per_token_loss, kl_estimate
+from grpo_kit.core.losses import (
+    aggregate,
+    clipped_surrogate,
+    grpo_loss,
+    grpo_per_token_loss,
+    kl_estimate,
+    kl_k3,
+)
+from grpo_kit.core.reinforce import (
+    draw,
+    exact_gradient,
+    kl_exact,
+    kl_regularised_optimum,
+    off_policy_gradients,
+    sampled_gradients,
+)
 
 __all__ = ["ESTIMATORS", "compute_advantages", "estimate_advantages", "group_zscore", "pairwise_winrate",
-           "rank_based", "zero_std_groups", "aggregate", "grpo_loss", "grpo_per_token_loss", "kl_estimate"]
+           "rank_based", "zero_std_groups", "aggregate", "grpo_loss", "grpo_per_token_loss", "kl_estimate",
+           "rloo", "hybrid_gae", "hybrid_gae_terms", "process_advantages", "clipped_surrogate", "kl_k3",
+           "draw", "exact_gradient", "kl_exact", "kl_regularised_optimum", "off_policy_gradients", "sampled_gradients"]

@@ -3,7 +3,13 @@ history (``diagnostics``).
 
 The names below are what the notebooks use; import a module for the rest.
 """
-from grpo_kit.eval.diagnostics import read_history, report, rolling_means, series
+from grpo_kit.eval.diagnostics import (
+    diagnose,
+    read_history,
+    report,
+    rolling_means,
+    series,
+)
 from grpo_kit.eval.inference import columns_of, greedy_accuracy
 
-__all__ = ["read_history", "report", "rolling_means", "series", "columns_of", "greedy_accuracy"]
+__all__ = ["diagnose", "read_history", "report", "rolling_means", "series", "columns_of", "greedy_accuracy"]

@@ -6,6 +6,6 @@ The names below are what the notebooks use; import a module for the rest. (``tra
 module name here, so the function is taken from ``grpo_kit``.)
 """
 from grpo_kit.loop.checks import check_config
-from grpo_kit.loop.train import pick_device
+from grpo_kit.loop.train import pick_device, resume_run
 
-__all__ = ["check_config", "pick_device"]
+__all__ = ["check_config", "pick_device", "resume_run"]
