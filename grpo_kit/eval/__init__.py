@@ -1,8 +1,9 @@
 """Evaluation: greedy held-out accuracy (``inference``) and the failure detectors over a run's
-history (``diagnostics``).
+history (``diagnostics``), and the 2-SE reading of a gap between two arms of seeds (``compare``).
 
 The names below are what the notebooks use; import a module for the rest.
 """
+from grpo_kit.eval.compare import gap_reading, se_of_gap
 from grpo_kit.eval.diagnostics import (
     diagnose,
     read_history,
@@ -12,4 +13,5 @@ from grpo_kit.eval.diagnostics import (
 )
 from grpo_kit.eval.inference import columns_of, greedy_accuracy
 
-__all__ = ["diagnose", "read_history", "report", "rolling_means", "series", "columns_of", "greedy_accuracy"]
+__all__ = ["diagnose", "read_history", "report", "rolling_means", "series", "columns_of", "greedy_accuracy",
+           "gap_reading", "se_of_gap"]
