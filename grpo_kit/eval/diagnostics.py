@@ -82,6 +82,11 @@ class Finding:
         return f"step {self.step}: {self.kind}: {ev}. Cause: {self.cause} Try: {self.fix}"
 
 
+
+def _now(cfg, field: str) -> str:
+    """", now <value>" for a fix's advice when the run's config is known, else nothing (diagnose without cfg)."""
+    return f", now {getattr(cfg, field)}" if hasattr(cfg, field) else ""
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -275,7 +280,7 @@ def entropy_collapse(h, t, cfg=None):
                             "reward": rew[s], "window": w},
                            "The policy has become near-deterministic on answers that are not right: each group is "
                            "a few copies of one completion, so there is nothing to compare and no way out.",
-                           f"fewer updates per batch (num_iterations, now {getattr(cfg, 'num_iterations', '?')}), a "
+                           f"fewer updates per batch (num_iterations{_now(cfg, 'num_iterations')}), a "
                            "higher temperature, an entropy bonus (entropy_coef), a lower learning_rate or a KL "
                            "penalty (beta > 0); resume from a checkpoint before this step")
     return None
@@ -336,7 +341,7 @@ def kl_blowup(h, t, cfg=None):
             return Finding("kl_blowup", s, {"kl": v, "kl_step": _at(h, s, "kl"), "window": w},
                            "The policy has drifted far from the reference model: updates are too large or nothing "
                            "holds it near the reference.",
-                           f"a KL penalty (beta > 0, now {getattr(cfg, 'beta', '?')}), a lower learning_rate, fewer "
+                           f"a KL penalty (beta > 0{_now(cfg, 'beta')}), a lower learning_rate, fewer "
                            f"num_iterations per batch, or a tighter clip (epsilon)")
     return None
 

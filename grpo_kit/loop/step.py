@@ -37,6 +37,7 @@ untouched) and reports ``skipped`` = the number of skipped updates; so does a ba
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -168,7 +169,11 @@ def train_step(policy, ref, optimizer, rollouts: Rollouts, advantages: torch.Ten
         optimizer.step()
         total_loss += loss_value
     if scheduler is not None:
-        scheduler.step()
+        with warnings.catch_warnings():
+            # a step whose every update was skipped (not finite) still advances the schedule, as a taken step
+            # does; torch warns when that happens before the first optimizer.step(), which is expected here
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            scheduler.step()
     return update_metrics(total, mask.sum().float(), total_loss, skipped, grad_norm, lr, cfg.num_iterations,
                           with_kl=ref_logp is not None)
 

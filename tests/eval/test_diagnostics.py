@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from grpo_kit.config import GRPOConfig
 from grpo_kit.core.metrics import distinct_frac, length_metrics
 from grpo_kit.errors import ConfigError
 from grpo_kit.eval.diagnostics import (
@@ -76,6 +77,10 @@ def test_entropy_collapse_fires_when_entropy_and_distinctness_fall_with_low_rewa
     # (0.8 + 3 * 0.125) / 4 = 0.294 < 0.35, reward (0.4 + 3 * 0.2) / 4 = 0.25 < 0.3
     assert f.step == 13 and f.evidence["entropy"] == pytest.approx(0.325)
     assert f.evidence["completions/distinct_frac"] == pytest.approx(0.29375)
+    # without the run's config the advice names the field without inventing its value
+    assert "num_iterations)" in f.fix and "now" not in f.fix
+    with_cfg = only(diagnose(h, GRPOConfig(num_iterations=8), window=W, kinds=["entropy_collapse"]), "entropy_collapse")
+    assert "num_iterations, now 8)" in with_cfg.fix
     # the same collapse with a high reward is convergence, not collapse
     converged = hist(30, entropy=lambda s: 1.0 if s <= 10 else 0.1,
                      completions__distinct_frac=lambda s: 0.8 if s <= 10 else 0.125, reward=0.95)

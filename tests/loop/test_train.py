@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,20 @@ def test_nan_loss_skips_the_update_and_leaves_weights_and_optimizer_alone(small_
     assert _same(before, _model_weights(run.policy))
     after = run.optimizer.state_dict()["state"]
     assert all(torch.equal(opt_before["state"][k]["exp_avg"], after[k]["exp_avg"]) for k in after)
+
+
+def test_skipped_first_steps_advance_the_schedule_without_torchs_warning(small_cfg):
+    # every update of steps 1-2 is skipped (NaN) before any optimizer.step(): the schedule still advances one
+    # step per training step, and torch's "lr_scheduler.step() before optimizer.step()" warning is not raised
+    cfg = small_cfg.replace(threads=1, steps=2, max_consecutive_skips=0)
+    run = setup(cfg)
+    hook = nan_in_training_forward(run)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*lr_scheduler.step.*")
+        history = list(train(cfg, run))
+    hook.remove()
+    assert [m["skipped"] for m in history] == [1.0, 1.0]
+    assert run.scheduler.last_epoch == 2
 
 
 def test_too_many_skips_in_a_row_stop_with_a_report(small_cfg, tmp_path):
