@@ -101,6 +101,9 @@ record("autograd_gap", (exact - th.grad).abs().max().item())
 # $$\nabla_\theta J = \mathbb{E}_{a \sim \pi}\left[r(a)\, \nabla_\theta \log \pi_a\right],
 # \qquad \nabla_\theta \log \pi_a = \mathrm{onehot}(a) - \pi .$$
 #
+# $\nabla_\theta \log \pi_a$ is called the **score function** (the estimate above is also called
+# the score-function estimator); for a softmax policy it is onehot(a) − π, as written on the right.
+#
 # So: draw actions, score them, and push up the log-probability of each in proportion to its
 # reward (REINFORCE, Williams 1992). The average over many groups of `GROUP_SIZE` samples lands on
 # the exact gradient, within its standard error:

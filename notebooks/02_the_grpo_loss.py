@@ -20,9 +20,6 @@
 # the advantage, β the KL coefficient ([00b](00b_from_reinforce_to_grpo.ipynb) derives each piece
 # on a policy small enough to check by hand; [the reference card](REFERENCE.md) lists the notation).
 #
-# **The question:** what does each piece of this loss do to the gradient, and do the published
-# variants that change those pieces all still train?
-#
 # **What you will learn**, one piece at a time:
 # 1. the clipped objective as a function of the ratio, and where its gradient is zero (sliders);
 # 2. three estimators of the KL term, k1, k2 and k3, against the true KL;

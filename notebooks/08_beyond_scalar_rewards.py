@@ -25,10 +25,6 @@
 # A learned judge (a reward model trained on preference pairs with the Bradley-Terry loss, as
 # in InstructGPT, Ouyang et al. 2022) plugs in as `learned:DIR`, as a reward or as a pairwise judge.
 #
-# **The question:** when does an answer's advantage gain from more than its one reward (its rank
-# against the others, a score per step, a value per token, a judge that was itself trained), at
-# the same number of generated completions?
-#
 # **What you will learn**
 # 1. When a pairwise judge adds nothing: built from a scalar reward it gives exactly the
 #    centred rank of that reward (computed and checked here, not just claimed).

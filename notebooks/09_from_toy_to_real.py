@@ -46,9 +46,6 @@
 # one (an instruct model's does; the tiny model's has none). The reward functions are the same in
 # both: `math_answer` reads the final number of a completion (in the digit order the sums are
 # written in), `gsm8k_format` pays for a last line `#### <number>`.
-#
-# **The question:** what changes, and what does not, when the same GRPO run moves from the tiny
-# model to a real one, and from one machine to many?
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: short runs that check every cell; the accuracy
@@ -688,14 +685,33 @@ else:
 #    Qwen2.5-1.5B with LoRA can train on a 24 GB card at micro-batch 8, with and without
 #    `gradient_checkpointing=True`.
 #
-# <details><summary>Solution to 1</summary>The parts at micro-batch 1: weights 28.4 GiB,
-# gradients 28.4, AdamW's moments 56.7, its scratch 28.4, bf16 weight copies 13.2, activations 5.4,
-# logits 0.3. The optimizer step needs (28.4 + 28.4 + 56.7 + 28.4) / n = 141.9 / n GiB, which fits
-# 72 GiB from n = 2. The forward/backward needs 113.5 / n + 13.2 + 5.4 + 0.3 GiB: 75.6 at n = 2,
-# too much, and 56.7 at n = 3. So three GPUs. (Real ZeRO-3 also shards the bf16 copies, gathering
-# one layer's weights at a time, so it does a little better than this.)</details>
-#
-# The solution to 2 is in the next cell (click to expand it).
+# The solutions to 1 and 2 are in the next two cells (click to expand them).
+
+# %% jupyter={"source_hidden": true}
+# Solution to exercise 1: ZeRO-3 as the exercise states it divides the sharded parts by n GPUs and
+# keeps the rest whole; the peak is the larger of the two moments, the optimizer step and the
+# forward/backward.
+p7 = estimate_memory(SHAPES["Qwen2.5-7B"], micro_batch=1, **sizes, bf16=True, device="cuda")
+SHARDED = ("weights", "gradients", "optimizer", "optimizer_scratch")
+WHOLE = ("bf16_weight_copies", "activations", "logits")
+print("parts at micro-batch 1 (GiB):", {k: round(p7[k] / GiB, 1) for k in SHARDED + WHOLE})
+
+
+def zero3_peak(n):
+    step = sum(p7[k] for k in SHARDED) / n                                          # the optimizer step
+    fwd_bwd = sum(p7[k] for k in SHARDED if k != "optimizer_scratch") / n + sum(p7[k] for k in WHOLE)
+    return max(step, fwd_bwd)
+
+
+budget_80 = HEADROOM * 80 * GiB
+gpus_needed = next(n for n in range(1, 65) if zero3_peak(n) <= budget_80)
+for n in range(1, gpus_needed + 1):
+    print(f"{n} GPUs: peak {zero3_peak(n) / GiB:.1f} GiB of {budget_80 / GiB:.0f}")
+# the answer fits, and one GPU fewer does not
+assert zero3_peak(gpus_needed) <= budget_80 and (gpus_needed == 1 or zero3_peak(gpus_needed - 1) > budget_80)
+record("exercise_zero3_gpus", gpus_needed)
+# (Real ZeRO-3 also shards the bf16 copies, gathering one layer's weights at a time, so it does a
+# little better than this.)
 
 # %% jupyter={"source_hidden": true}
 # Solution to exercise 2: lengthen the completion until the estimated peak no longer fits.
