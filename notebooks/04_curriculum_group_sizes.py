@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from grpo_kit import GRPOConfig, check_config, setup, train
 from grpo_kit.core import zero_std_groups
+from grpo_kit.eval import gap_reading
 from grpo_kit.loop import schedules
 from grpo_kit.view import Dashboard, record, redraw_on_change, smoke_banner
 from IPython.display import display
@@ -325,10 +326,9 @@ final = {name: np.array([runs[name, s]["evals"][-1][1] for s in SEEDS]) for name
 ref = final["G8"]
 table, verdicts = [], {}
 for name, acc in final.items():
-    diff = acc.mean() - ref.mean()
-    se = math.sqrt(acc.var(ddof=1) / len(acc) + ref.var(ddof=1) / len(ref)) if len(SEEDS) > 1 else float("inf")
-    verdict = "(reference)" if name == "G8" else "helped" if diff > 2 * se else "hurt" if diff < -2 * se \
-        else "no clear difference"
+    g = gap_reading(ref, acc)  # mean(acc) - mean(ref) against twice its standard error over seeds
+    diff = g.gap
+    verdict = "(reference)" if name == "G8" else {"higher": "helped", "lower": "hurt"}.get(g.verdict, "no clear difference")
     verdicts[name] = verdict
     steps = np.mean([len(runs[name, s]["history"]) for s in SEEDS])
     spent = np.mean([runs[name, s]["history"][-1]["completions_total"] for s in SEEDS])

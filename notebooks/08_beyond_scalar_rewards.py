@@ -78,7 +78,7 @@ from grpo_kit.core import (
     rank_based,
 )
 from grpo_kit.data import DATASETS_DIR, get_task
-from grpo_kit.eval import columns_of, greedy_accuracy
+from grpo_kit.eval import columns_of, greedy_accuracy, se_of_gap
 from grpo_kit.loop import beyond_scalar
 from grpo_kit.model import sample_groups
 from grpo_kit.rewards import exact_answer, learned_judge, load_preference_groups
@@ -260,12 +260,6 @@ def mean_sd(xs):
     return float(xs.mean()), float(xs.std(ddof=1)) if len(xs) > 1 else 0.0
 
 
-def se_of_diff(a, b):
-    if len(a) < 2:
-        return float("inf")
-    return math.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b))
-
-
 final = {n: np.array([runs[n, s].evals[-1][1] for s in SEEDS]) for n in VARIANTS}
 base = {n: np.array([runs[n, s].evals[0][1] for s in SEEDS]) for n in VARIANTS}
 summary, rows = {}, []
@@ -275,7 +269,7 @@ for n in VARIANTS:
     learns = f_mean - b_mean > 2 * f_se
     ref = REFERENCE[n]
     diff = f_mean - final[ref].mean()
-    se = se_of_diff(final[n], final[ref])
+    se = se_of_gap(final[n], final[ref])
     verdict = "(reference)" if n == ref else "better" if diff > 2 * se else "worse" if diff < -2 * se \
         else "no clear difference"
     summary[n] = dict(task=runs[n, SEEDS[0]].cfg.task, base_mean=b_mean, base_sd=b_sd, final_mean=f_mean,

@@ -130,7 +130,13 @@ fig = compare_runs({"inherited": inherited}, keys=("reward", "gold_reward", "com
                    styles=dash.styles)
 
 # %% [markdown]
-# **What the panels say.** The training reward climbs towards 3 while the gold reward falls towards
+# **Your reading first.** Before you open the note below, write down in one sentence each: what is
+# the run being paid for, what happens to the gold reward, and which of `INHERITED`'s fields you would
+# change first. Then check.
+#
+# <details><summary>What the panels say (open after you have written yours)</summary>
+#
+# The training reward climbs towards 3 while the gold reward falls towards
 # 0, and the completions grow to `max_completion_length` (8 tokens): a completion of 8 wrong
 # characters earns 3 × 8/8 = 3, a short right answer such as `64` earns 1 + 3 × 2/8 = 1.75, so the
 # judge pays more for writing long than for being right. That is reward hacking, and `diagnose`
@@ -140,6 +146,7 @@ fig = compare_runs({"inherited": inherited}, keys=("reward", "gold_reward", "com
 # "Likely a consequence" is a guess from the order of events, not a proof. A second problem can
 # hide behind the first. The way to know is the one the series used throughout: change **one**
 # thing and look again.
+# </details>
 
 # %% [markdown]
 # ## 3. Change one thing: the judge
