@@ -42,6 +42,7 @@ def test_missing_trl_is_skipped_with_a_message(monkeypatch, capsys):
     assert set(res["median_s"]) == {"kit"}
 
 
+@pytest.mark.full  # a minute of a 2-core machine: make test-full runs it, make test keeps to its 10 minutes
 def test_bench_qwen2_slice_smoke_writes_json(tmp_path):
     """A tiny Qwen2 (vocab 512, hidden 64) through the whole script: model and tokenizer written, kit and TRL
     alternating, a memory probe for each side, the JSON keys. No times are asserted."""
@@ -66,6 +67,7 @@ def test_qwen2_slice_tokenizer_decodes_every_id():
     assert len(set(words)) == 901 and all(w.isalpha() and len(w) >= 2 for w in words)
 
 
+@pytest.mark.full  # as above: make test-full runs it
 def test_sweep_writes_json_and_png(tmp_path):
     pts = sweep.main(["--groups", "2", "--lengths", "3", "--G", "2", "--length", "3", "--prompts", "2", "--reps", "1",
                       "--warmup", "0", "--threads", "1", "--out", str(tmp_path)])
