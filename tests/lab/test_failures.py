@@ -138,8 +138,12 @@ def test_full_notebook_02_variants_stay_quiet(variant):
     assert diagnose(h) == []
 
 
+# notebook 05's full run asserts the same of these three at seed 0 (and reads them on three seeds)
+IN_NOTEBOOK_05 = {"entropy_collapse", "kl_blowup", "sign_error"}
+
+
 @pytest.mark.full
-@pytest.mark.parametrize("name", sorted(FAILURES))
+@pytest.mark.parametrize("name", sorted(set(FAILURES) - IN_NOTEBOOK_05))
 def test_full_failure_runs_detected(name):
     r = run_failure(name, seed=0)
     out = DATA.parent.parent / "runs" / "failure_runs"  # what each run found, for the README's table
