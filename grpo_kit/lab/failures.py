@@ -40,7 +40,7 @@ from typing import Callable
 from grpo_kit.config import GRPOConfig
 from grpo_kit.errors import ConfigError
 from grpo_kit.loop.checks import check_config
-from grpo_kit.rewards.judges import exact_answer
+from grpo_kit.rewards.judges import exact_answer, format_reward
 
 # ---------------------------------------------------------------- judges with a flaw
 
@@ -71,6 +71,23 @@ def jackpot_judge(seed: int = 0, p: float = 0.005, size: float = 40.0) -> Callab
     return jackpot
 
 
+def clipped_jackpot_judge(seed: int = 0, p: float = 0.005, size: float = 40.0, hi: float = 1.0) -> Callable:
+    """:func:`jackpot_judge` (the same draws for the same ``seed``) with every score clipped to [0, ``hi``]:
+    the jackpot is fixed in the judge, so a reward never leaves the range a right/wrong judge pays."""
+    jackpot = jackpot_judge(seed, p, size)
+
+    def clipped_jackpot(prompts, completions, answer, **columns):
+        return [min(max(r, 0.0), hi) for r in jackpot(prompts, completions, answer=answer, **columns)]
+    return clipped_jackpot
+
+
+def format_gated_length_judge(prompts: list[str], completions: list[str], **_) -> list[float]:
+    """:func:`length_judge` behind a format gate: it pays min(len, 8) / 8 only when the completion is one
+    well-formed integer (``format_reward``), else 0. The gate checks the form, never the answer."""
+    return [length if ok else 0.0
+            for length, ok in zip(length_judge(prompts, completions), format_reward(prompts, completions))]
+
+
 def noisy_judge(seed: int = 0, sigma: float = 0.05) -> Callable:
     """exact_answer plus Gaussian noise of std ``sigma``: a judge that does not give the same score twice."""
     rng = random.Random(seed)
@@ -88,7 +105,10 @@ JUDGES = {"length_judge": lambda seed: "grpo_kit.lab.failures:length_judge",
           "jackpot_judge": lambda seed: {"function": "grpo_kit.lab.failures:jackpot_judge", "args": {"seed": seed}},
           "noisy_judge": lambda seed: {"function": "grpo_kit.lab.failures:noisy_judge", "args": {"seed": seed}},
           "big_jackpot_judge": lambda seed: {"function": "grpo_kit.lab.failures:jackpot_judge",
-                                             "args": {"seed": seed, "p": 0.005, "size": 200.0}}}
+                                             "args": {"seed": seed, "p": 0.005, "size": 200.0}},
+          "clipped_jackpot_judge": lambda seed: {"function": "grpo_kit.lab.failures:clipped_jackpot_judge",
+                                                 "args": {"seed": seed}},
+          "format_gated_length_judge": lambda seed: "grpo_kit.lab.failures:format_gated_length_judge"}
 
 
 # ---------------------------------------------------------------- the failures
