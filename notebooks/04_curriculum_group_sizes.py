@@ -404,10 +404,10 @@ distinct = {t: len({c for c, rt in zip(ro.completions, row_t.tolist()) if abs(rt
 record("distinct_by_temperature", {str(k): v for k, v in sorted(distinct.items())})
 
 # %% [markdown]
-# **Does a replay buffer cure late-training decline?** You will meet that advice. It is tested in
-# row 3 of [07 · the troubleshooting clinic](07_troubleshooting_clinic.ipynb), which provokes a
-# decline with a constant learning rate and runs the same seed with a replay buffer
-# (`replay_fraction=0.25`, the `replay` strategy above) and with cosine decay of the learning rate.
+# **Does a replay buffer cure late-training decline?** You will meet that advice. This notebook
+# tests replay only as one strategy at an equal budget (the `replay` row of the table above), not
+# against a provoked decline; `run_failure("late_decline", replay_fraction=0.25)` from
+# `grpo_kit.lab` is the experiment to run if you want that answer.
 
 # %% [markdown]
 # ## 6. What the runs support

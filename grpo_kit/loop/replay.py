@@ -24,8 +24,7 @@ the buffer size, their mean age and their mean importance ratio before the updat
 
 Replay of high-reward or high-advantage rollouts is a variant you will meet in LLM RL, e.g.
 "RePO: Replay-Enhanced Policy Optimization" (Li et al. 2025, arXiv 2506.09340) and the prioritised replay of
-Schaul et al. (2016); the advice that replay "cures late-training decline" is tested in
-notebook 07 (the troubleshooting clinic, row 3).
+Schaul et al. (2016); notebook 04 runs replay as one strategy at an equal budget of completions.
 """
 from __future__ import annotations
 
