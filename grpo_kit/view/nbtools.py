@@ -78,6 +78,42 @@ def read_records(path: str | Path) -> dict:
     return out
 
 
+POLL_SLICE_S = 1.0
+
+
+def _poll_in_slices() -> None:
+    """Make jupyter_client's asyncio channels wait for a message in slices of at most ``POLL_SLICE_S``.
+
+    nbclient waits for a cell's reply with one ``socket.poll(cell timeout)``. When zmq's edge-triggered
+    notification of a ready message is lost, that poll only returns at its timeout, when a last
+    non-blocking check finds the reply that was there all along: measured on 2026-12-06 in
+    `.ci/run`, a 20-second smoke notebook spent exactly its 600-second cell timeout in a cell that
+    draws one figure, and then passed. Polling in slices bounds such a stall to a slice, and keeps
+    the same overall timeout. Applied once, to the process that runs papermill.
+    """
+    import time
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    if getattr(AsyncZMQSocketChannel.get_msg, "_grpo_kit_sliced", False):
+        return
+    whole = AsyncZMQSocketChannel.get_msg
+
+    async def get_msg(self, timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE_S if deadline is None else max(0.0, min(POLL_SLICE_S, deadline - time.monotonic()))
+            try:
+                return await whole(self, left)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    get_msg._grpo_kit_sliced = True
+    AsyncZMQSocketChannel.get_msg = get_msg
+
+
 def run_notebook(path: str | Path, out_path: str | Path | None = None, parameters: dict | None = None,
                  timeout: int = 900, kernel: str = "python3") -> dict:
     """Execute a notebook headlessly with papermill and return its recorded values.
@@ -88,6 +124,7 @@ def run_notebook(path: str | Path, out_path: str | Path | None = None, parameter
     """
     import papermill as pm
 
+    _poll_in_slices()
     path = Path(path)
     out_path = Path(out_path) if out_path else path.with_name(path.stem + ".out.ipynb")
     pm.execute_notebook(str(path), str(out_path), parameters=parameters or {}, kernel_name=kernel,

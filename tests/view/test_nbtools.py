@@ -48,3 +48,45 @@ def test_smoke_banner_says_numbers_are_not_results_only_in_smoke_mode(capsys):
     smoke_banner(True)
     out = capsys.readouterr().out
     assert "Smoke mode" in out and "not results" in out and "SMOKE = False" in out
+
+
+def test_a_reply_the_socket_never_announced_is_found_within_a_slice(monkeypatch):
+    # a fake channel whose poll never wakes up for a message that is already there (the lost wakeup):
+    # its first 2 calls come back empty at their timeout, the 3rd finds the reply
+    import asyncio
+    import time
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    from grpo_kit.view import nbtools
+
+    calls = []
+
+    async def lost_wakeup(self, timeout=None):
+        calls.append(timeout)
+        if len(calls) < 3:
+            await asyncio.sleep(timeout)
+            raise Empty
+        return {"msg": "reply"}
+
+    monkeypatch.setattr(AsyncZMQSocketChannel, "get_msg", lost_wakeup)
+    monkeypatch.setattr(nbtools, "POLL_SLICE_S", 0.05)
+    nbtools._poll_in_slices()
+    chan = object.__new__(AsyncZMQSocketChannel)
+    t0 = time.monotonic()
+    assert asyncio.run(chan.get_msg(timeout=600)) == {"msg": "reply"}
+    assert time.monotonic() - t0 < 5 and calls[:2] == [0.05, 0.05]  # slices, not one 600-s wait
+    # no message at all: Empty once the whole timeout has passed, as before
+    calls.clear()
+
+    async def nothing(self, timeout=None):
+        await asyncio.sleep(timeout)
+        raise Empty
+
+    monkeypatch.setattr(AsyncZMQSocketChannel, "get_msg", nothing)
+    nbtools._poll_in_slices()
+    t0 = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(chan.get_msg(timeout=0.2))
+    assert 0.19 < time.monotonic() - t0 < 2
