@@ -210,11 +210,6 @@ def arm_runs(name, arm):
     return [runs[name, arm, seed] for seed in SEEDS]
 
 
-def tail_mean(r, key, n=20):
-    xs = [m[key] for m in r.history[-n:] if isinstance(m.get(key), (int, float))]
-    return sum(xs) / len(xs)
-
-
 def arm_table(name):
     """One row per arm: the final held-out accuracy of each seed, how many seeds report the failure,
     the last 20 steps' entropy and distinct fraction, and the 2-SE reading against the broken arm."""
@@ -227,8 +222,8 @@ def arm_table(name):
                      "mean": f"{sum(acc[arm]) / len(rs):.1%}",
                      f"{kind} reported": f"{sum(r.first(kind) is not None for r in rs)} of {len(rs)}",
                      "first finding per seed": " ".join(r.findings[0].kind if r.findings else "-" for r in rs),
-                     "entropy (last 20)": round(sum(tail_mean(r, "entropy") for r in rs) / len(rs), 3),
-                     "distinct (last 20)": round(sum(tail_mean(r, "completions/distinct_frac") for r in rs) / len(rs), 3),
+                     "entropy (last 20)": round(sum(r.tail_mean("entropy") for r in rs) / len(rs), 3),
+                     "distinct (last 20)": round(sum(r.tail_mean("completions/distinct_frac") for r in rs) / len(rs), 3),
                      "vs broken": "-" if arm == "broken" else g.text(),
                      "gap": g.gap, "two_se": 2 * g.se, "verdict": g.verdict}
     base = [r.run.evals[0][1] for r in arm_runs(name, "broken")]

@@ -268,19 +268,14 @@ arms = {arm: [done[arm, s] if (arm, s) in done else
         for arm, kw in ARMS.items()}
 
 
-def tail_mean(r, key, last=20):
-    xs = [m[key] for m in r.history[-last:] if key in m]
-    return sum(xs) / len(xs)
-
-
 acc = {arm: [r.run.evals[-1][1] for r in rs] for arm, rs in arms.items()}           # held-out accuracy at the end
-gold = {arm: [tail_mean(r, "gold_reward") for r in rs] for arm, rs in arms.items()}  # last 20 steps
+gold = {arm: [r.tail_mean("gold_reward") for r in rs] for arm, rs in arms.items()}  # last 20 steps
 print(f"held-out accuracy at the start: {hack.run.evals[0][1]:.1%} (the same model for every arm)\n")
 print(f"{'arm':<24}{'held-out accuracy':>24}{'gold reward':>22}{'reward':>8}{'length':>8}  findings (seed {SEED})")
 for arm, rs in arms.items():
     print(f"{arm:<24}{' '.join(f'{a:6.1%}' for a in acc[arm]):>24}{' '.join(f'{g:6.3f}' for g in gold[arm]):>22}"
-          f"{sum(tail_mean(r, 'reward') for r in rs) / len(rs):8.3f}"
-          f"{sum(tail_mean(r, 'completions/mean_length') for r in rs) / len(rs):8.2f}  "
+          f"{sum(r.tail_mean('reward') for r in rs) / len(rs):8.3f}"
+          f"{sum(r.tail_mean('completions/mean_length') for r in rs) / len(rs):8.2f}  "
           + (", ".join(f"{f.kind}@{f.step}" for f in rs[0].findings) or "-"))
 readings = {arm: {"accuracy": gap_reading(acc["proxy judge"], acc[arm]),
                   "gold_reward": gap_reading(gold["proxy judge"], gold[arm])} for arm in ARMS if arm != "proxy judge"}
@@ -336,7 +331,7 @@ def head_mean(r, key, first=20):
 
 longer = {name: {"accuracy": r.run.evals, "findings": r.kinds(),
                  **{f"{k}_{w}": f(r, k) for k in ("reward", "gold_reward", "completions/mean_length")
-                    for w, f in (("first20", head_mean), ("last20", tail_mean))}}
+                    for w, f in (("first20", head_mean), ("last20", lambda r, k: r.tail_mean(k)))}}
           for name, r in long_runs.items()}
 for name, v in longer.items():
     print(f"{name:<22} proxy/training reward {v['reward_first20']:.3f} -> {v['reward_last20']:.3f}   "
@@ -388,7 +383,7 @@ if not SMOKE:
     assert lab["reward_spike"]["max_abs_adv"] > 10 * lab["reward_spike + fix"]["max_abs_adv"]
     assert lab["reward_hacking"]["detected_at"] is not None and lab["reward_hacking + fix"]["detected_at"] is None
     assert lab["reward_hacking"]["reward_tail"] > lab["reward_hacking"]["reward_head"]  # the proxy reward climbs
-    assert tail_mean(hack, "kl") > 1.0                                               # far from the reference
+    assert hack.tail_mean("kl") > 1.0                                               # far from the reference
     assert lab["reward_hacking + fix"]["gold_reward_tail"] > lab["reward_hacking"]["gold_reward_tail"]
     # section 4, 3 seeds per arm: every proxy run is named reward_hacking; what each mitigation did
     assert all("reward_hacking" in r.kinds() for r in arms["proxy judge"]), acc
@@ -400,7 +395,7 @@ if not SMOKE:
     assert cap["accuracy"].verdict == "no clear difference", cap                     # the cap does not help
     assert max(acc["length cap (3 tokens)"]) < 0.05 and max(gold["length cap (3 tokens)"]) < 0.01, (acc, gold)
     assert cap["gold_reward"].gap < 0.01, cap                                         # whatever its verdict reads
-    assert all(tail_mean(r, "completions/clipped_ratio") > 0.9 for r in arms["length cap (3 tokens)"])
+    assert all(r.tail_mean("completions/clipped_ratio") > 0.9 for r in arms["length cap (3 tokens)"])
     assert gate["accuracy"].verdict == gate["gold_reward"].verdict == "no clear difference", gate  # nor the gate
     assert all("reward_hacking" in r.kinds() for r in arms["format gate"])
     assert readings["gold judge (ideal)"]["accuracy"].verdict == "higher"

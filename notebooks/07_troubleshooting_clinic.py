@@ -80,11 +80,7 @@ def final_acc(runs):
 
 def tail(runs, key, n=10):
     """Per seed: the mean of metric ``key`` over the last ``n`` steps."""
-    out = []
-    for r in runs:
-        xs = [m[key] for m in r.history[-n:] if isinstance(m.get(key), (int, float))]
-        out.append(sum(xs) / len(xs) if xs else float("nan"))
-    return out
+    return [r.tail_mean(key, n) for r in runs]
 
 
 def head(runs, key, n=5):

@@ -229,6 +229,11 @@ class FailureRun:
     def first(self, kind: str):
         return next((f for f in self.findings if f.kind == kind), None)
 
+    def tail_mean(self, key: str, last: int = 20) -> float:
+        """The mean of metric ``key`` over the run's last ``last`` steps (nan when none logged it)."""
+        xs = [m[key] for m in self.history[-last:] if isinstance(m.get(key), (int, float))]
+        return sum(xs) / len(xs) if xs else float("nan")
+
 
 def finding_marks(runs: dict[str, FailureRun], kind: str) -> list[tuple[int, str, str]]:
     """(step, kind, run name) where each run's first ``kind`` finding starts: the ``marks`` of
@@ -265,11 +270,7 @@ def compare_table(runs: list[FailureRun], keys=("reward", "completions/distinct_
     head = f"{'run':<34}{'accuracy':>16}" + "".join(f"{k.split('/')[-1][:12]:>14}" for k in keys) + "  findings"
     rows = [head]
     for r in runs:
-        tail = r.history[-last:]
-        vals = []
-        for k in keys:
-            xs = [m[k] for m in tail if isinstance(m.get(k), (int, float))]
-            vals.append(sum(xs) / len(xs) if xs else float("nan"))
+        vals = [r.tail_mean(k, last) for k in keys]
         acc = f"{r.run.evals[0][1]:.1%} -> {r.run.evals[-1][1]:.1%}"
         label = f"{r.name}{' + fix' if r.fixed else ''}"
         found = ", ".join(f"{f.kind}@{f.step}" for f in r.findings) or "-"

@@ -50,3 +50,15 @@ def test_new_judges_resolve_from_their_names():
     cfg = failure_config("reward_hacking", reward_funcs=["format_gated_length_judge"])
     (f,) = get_reward_funcs(cfg.reward_funcs)
     assert f(["p"] * 2, ["25", "2x"]) == [2 / 8, 0.0]
+
+
+def test_a_runs_tail_mean_reads_its_last_steps_and_skips_what_is_missing():
+    from grpo_kit.lab.failures import FailureRun
+
+    class Run:  # the part of train.Run that FailureRun reads
+        history = [{"kl": 1.0}, {"kl": 2.0}, {"kl": None}, {"kl": 4.0}, {}]
+
+    r = FailureRun("x", False, None, Run(), [])
+    assert r.tail_mean("kl", last=4) == (2.0 + 4.0) / 2  # steps 2-5: None and the missing key are skipped
+    assert r.tail_mean("kl", last=20) == 7.0 / 3
+    assert r.tail_mean("reward") != r.tail_mean("reward")  # nothing logged: nan
