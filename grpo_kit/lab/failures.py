@@ -231,8 +231,7 @@ class FailureRun:
 
     def tail_mean(self, key: str, last: int = 20) -> float:
         """The mean of metric ``key`` over the run's last ``last`` steps (nan when none logged it)."""
-        xs = [m[key] for m in self.history[-last:] if isinstance(m.get(key), (int, float))]
-        return sum(xs) / len(xs) if xs else float("nan")
+        return self.run.tail_mean(key, last)
 
 
 def finding_marks(runs: dict[str, FailureRun], kind: str) -> list[tuple[int, str, str]]:

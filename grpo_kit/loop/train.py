@@ -104,6 +104,11 @@ class Run:
     critic_optimizer: torch.optim.Optimizer | None = None  # its own AdamW (cfg.value_lr)
     pairwise_judges: list = field(default_factory=list)  # advantage_estimator='pairwise': beyond_scalar.PairwiseJudge
 
+    def tail_mean(self, key: str, last: int = 20) -> float:
+        """The mean of metric ``key`` over the run's last ``last`` steps (nan when none logged it)."""
+        xs = [m[key] for m in self.history[-last:] if isinstance(m.get(key), (int, float))]
+        return sum(xs) / len(xs) if xs else float("nan")
+
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":

@@ -54,9 +54,11 @@ def test_new_judges_resolve_from_their_names():
 
 def test_a_runs_tail_mean_reads_its_last_steps_and_skips_what_is_missing():
     from grpo_kit.lab.failures import FailureRun
+    from grpo_kit.loop.train import Run as TrainRun
 
-    class Run:  # the part of train.Run that FailureRun reads
+    class Run:  # the part of train.Run that FailureRun reads: its history and train.Run's own tail_mean
         history = [{"kl": 1.0}, {"kl": 2.0}, {"kl": None}, {"kl": 4.0}, {}]
+        tail_mean = TrainRun.tail_mean
 
     r = FailureRun("x", False, None, Run(), [])
     assert r.tail_mean("kl", last=4) == (2.0 + 4.0) / 2  # steps 2-5: None and the missing key are skipped
