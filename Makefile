@@ -23,8 +23,9 @@ chromium:
 demo: $(STAMP)
 	$(VENV)/bin/grpo-kit demo
 
-# unit tests, and every notebook in smoke mode twice: headless (papermill) and in the browser test
-# (JupyterLab in chromium); the full-size runs are deselected (pyproject.toml).
+# unit tests, and every notebook in smoke mode in the browser test (JupyterLab in chromium: run all cells,
+# check what the notebook recorded, move the sliders, press Stop); the full-size runs and the headless
+# (papermill) smoke runs of the same cells are deselected (pyproject.toml; run those with `pytest -m headless`).
 # JOBS pytest workers (pytest-xdist): two notebooks, or a notebook and unit tests, at once
 JOBS ?= 2
 test: $(STAMP) chromium

@@ -13,6 +13,7 @@ If chromium or JupyterLab cannot start, the test fails and says why: it is never
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -40,6 +41,31 @@ RUN_TIMEOUT_S = float(os.environ.get("GRPO_KIT_BROWSER_TIMEOUT", 600))  # one no
 STOP_NOTEBOOK = "zz_dashboard_stop.ipynb"
 
 pytestmark = pytest.mark.browser
+
+# the test modules whose SMOKE_CHECKS say what each notebook's smoke run must record; the run here is the
+# smoke run of make test (the headless papermill runs of the same cells are `pytest -m headless`)
+SMOKE_CHECK_MODULES = ("test_notebooks", "test_notebook_04", "test_notebooks_failures", "test_notebooks_beyond",
+                       "test_notebooks_real", "test_notebook_faq", "test_notebook_capstone")
+RECORD_MIME = "application/vnd.grpo-kit.record+json"  # grpo_kit.view.nbtools.MIME
+
+
+def smoke_checks() -> dict:
+    """Notebook stem -> the function that checks the values its smoke run recorded."""
+    checks = {}
+    for name in SMOKE_CHECK_MODULES:
+        checks.update(importlib.import_module(name).SMOKE_CHECKS)
+    return checks
+
+
+def records_of(cells: list[dict]) -> dict:
+    """The values a notebook recorded (grpo_kit.view.record), read from the cells' outputs in the page."""
+    out = {}
+    for c in cells:
+        for o in c["outputs"]:
+            rec = (o.get("data") or {}).get(RECORD_MIME)
+            if rec:
+                out[rec["name"]] = json.loads(rec["json"])
+    return out
 
 # ----------------------------------------------------------------------------- JupyterLab in the page
 # window.jupyterapp exists because the server runs with --LabApp.expose_app_in_browser
@@ -342,12 +368,17 @@ def test_notebook_in_chromium(lab, context, name):
         if name != STOP_NOTEBOOK:  # the scratch notebook only exists to press Stop
             page.evaluate(JS_RUN, "notebook:run-all-cells")
             _wait_idle(page, RUN_TIMEOUT_S, name)
+            report.append(f"run all: {time.time() - t0:.0f} s")
             page.screenshot(path=str(shots / "after_run_all.png"))
-            errs = _errors(page.evaluate(JS_CELLS))
+            ran = page.evaluate(JS_CELLS)
+            errs = _errors(ran)
             assert not errs, f"{name}: error output after running all cells:\n" + "\n\n".join(errs)
+            smoke_checks()[Path(name).stem](records_of(ran))  # what the smoke run recorded
+            report.append("recorded values checked")
             report += _move_sliders(page, shots, name)
         if any(c["type"] == "code" and "Dashboard(" in c["source"] for c in cells):
-            report.append(_press_stop(page, lab, name, cells, shots))
+            t_stop = time.time()
+            report.append(_press_stop(page, lab, name, cells, shots) + f" ({time.time() - t_stop:.0f} s)")
             if name == STOP_NOTEBOOK:
                 ck = sorted(p.name for p in (lab["root"] / "stop_run" / "checkpoints").glob("step-*"))
                 step = int(re.search(r"stopped at step (\d+)", report[-1]).group(1))
@@ -361,3 +392,9 @@ def test_notebook_in_chromium(lab, context, name):
     finally:
         page.close()
         print("\n".join(f"{name}: {line}" for line in report))
+
+
+def test_every_notebook_has_a_smoke_check():
+    """A notebook added without one would run in the browser with nothing checked of what it recorded."""
+    missing = sorted({nb.stem for nb in NOTEBOOKS} - set(smoke_checks()))
+    assert not missing, f"no SMOKE_CHECKS entry for {missing}: add one to a module of SMOKE_CHECK_MODULES"

@@ -1,4 +1,4 @@
-"""The failure-lab notebooks (05-07) run headlessly: smoke mode in the default suite (every cell, short
+"""The failure-lab notebooks (05-07) run headlessly: smoke mode under `pytest -m headless` (every cell, short
 runs), the full runs under ``full`` (each failure appears, is detected, and its fix is measured)."""
 from pathlib import Path
 
@@ -13,7 +13,11 @@ SMOKE = {"SMOKE": True, "THREADS": 1}
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_collapse_notebook_smoke(tmp_path):
-    values = run_notebook(NB / "05_failure_collapse.ipynb", tmp_path / "05.ipynb", parameters=SMOKE, timeout=300)
+    SMOKE_CHECKS["05_failure_collapse"](run_notebook(NB / "05_failure_collapse.ipynb", tmp_path / "05.ipynb",
+                                                     parameters=SMOKE, timeout=300))
+
+
+def smoke_check_collapse(values):
     lab = values["collapse_lab"]
     assert set(lab) == {"entropy_collapse", "entropy_collapse + fix", "kl_blowup", "kl_blowup + fix", "sign_error",
                         "sign_error + fix"}
@@ -22,8 +26,12 @@ def test_collapse_notebook_smoke(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_spikes_and_hacking_notebook_smoke(tmp_path):
-    values = run_notebook(NB / "06_failure_reward_spikes_and_hacking.ipynb", tmp_path / "06.ipynb", parameters=SMOKE,
-                          timeout=300)
+    SMOKE_CHECKS["06_failure_reward_spikes_and_hacking"](
+        run_notebook(NB / "06_failure_reward_spikes_and_hacking.ipynb", tmp_path / "06.ipynb", parameters=SMOKE,
+                     timeout=300))
+
+
+def smoke_check_spikes(values):
     # the single-group arithmetic holds whatever the run length: none passes a jackpot, group amplifies noise
     assert values["spike_max_abs_adv"]["none"] > 10 * values["spike_max_abs_adv"]["group"]
     assert values["noise_max_abs_adv"]["group"] > 10 * values["noise_max_abs_adv"]["none"]
@@ -34,9 +42,19 @@ def test_spikes_and_hacking_notebook_smoke(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_clinic_notebook_smoke(tmp_path):
-    values = run_notebook(NB / "07_troubleshooting_clinic.ipynb", tmp_path / "07.ipynb", parameters=SMOKE, timeout=400)
+    SMOKE_CHECKS["07_troubleshooting_clinic"](run_notebook(NB / "07_troubleshooting_clinic.ipynb", tmp_path / "07.ipynb",
+                                                           parameters=SMOKE, timeout=400))
+
+
+def smoke_check_clinic(values):
     assert len(values["clinic_verdicts"]) == 17  # the verdict rows of both advice tables and the memory row
     assert values["clinic"]["GPU out of memory -> smaller batch or gradient accumulation"]["group_stats_share"] < 0.01
+
+
+# what each smoke run must have recorded; the headless tests above and the browser test (make test) both check it
+SMOKE_CHECKS = {"05_failure_collapse": smoke_check_collapse,
+                "06_failure_reward_spikes_and_hacking": smoke_check_spikes,
+                "07_troubleshooting_clinic": smoke_check_clinic}
 
 
 @pytest.mark.full
