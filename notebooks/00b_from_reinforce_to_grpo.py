@@ -336,7 +336,7 @@ record("kl_table", {str(b): v for b, v in kl_table.items()})
 # %% [markdown]
 # A larger β keeps the policy closer to π_ref and earns less reward; every β still earns more
 # than π_ref's own J. Without a penalty (β → 0) the optimum puts all its probability on the best
-# action. Many recent recipes set β = 0 (Dr. GRPO, DAPO); notebook 02 trains both.
+# action. Many recent recipes set β = 0 (Dr. GRPO, DAPO); notebook 02b trains both.
 #
 # Look at the k3 column for β = 0.05. The policy gives actions 1 and 2 almost no probability while
 # the reference gives them 0.17 and 0.06, so d = log π_ref − log π_θ is large for them: one draw of

@@ -1,9 +1,9 @@
 """Each notebook runs headlessly (papermill) and asserts its own claims; here we read back what it recorded.
 
 Two modes per notebook:
-- smoke (``SMOKE=True``, one thread; marker ``headless``: the browser test runs the same cells in
-  ``make test``, ``make test-full`` runs these too): every cell runs and every claim that
-  needs no long run is asserted (the notebook's last cells say which those are);
+- smoke (``SMOKE=True``, one thread; marker ``headless``, run with ``pytest -m headless``: ``make test``
+  runs the same cells in the browser test and checks the same ``SMOKE_CHECKS``): every cell runs and
+  every claim that needs no long run is asserted (the notebook's last cells say which those are);
 - full (``make test-full``, marker ``full``): the default parameters; every claim is asserted.
 
 A failed ``assert`` inside a notebook raises ``papermill.PapermillExecutionError`` here.
@@ -33,7 +33,10 @@ def check_by_hand_step(v):
 @pytest.mark.notebook
 @pytest.mark.headless  # make test runs the same cells (and their asserts) in the browser test
 def test_quickstart_smoke(tmp_path):
-    v = run("00_quickstart", tmp_path, SMOKE, timeout=300)
+    SMOKE_CHECKS["00_quickstart"](run("00_quickstart", tmp_path, SMOKE, timeout=300))
+
+
+def smoke_check_quickstart(v):
     check_by_hand_step(v)
     assert v["steps"] == 20
 
@@ -65,7 +68,7 @@ def check_group_normalization(v, tolerance):
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_group_normalization_smoke(tmp_path):
-    check_group_normalization(run("01_group_normalization", tmp_path, SMOKE, timeout=300), tolerance=0.12)
+    SMOKE_CHECKS["01_group_normalization"](run("01_group_normalization", tmp_path, SMOKE, timeout=300))
 
 
 @pytest.mark.notebook
@@ -75,28 +78,49 @@ def test_group_normalization_full(tmp_path):
 
 
 # ------------------------------------------------------------------ 02 the GRPO loss
-def check_loss_math(v):
+def check_loss_math(v, seeds):
     assert v["kl_k3_std_over_k1_std_small_kl"] < 0.2 and v["kl_k2_bias_large_kl"] > 0
+    assert set(v["length_neg_adv"]) == {"grpo", "dr_grpo", "dapo"}
+    assert all(len(xs) == seeds for xs in v["length_neg_adv"].values())
+    assert v["length_gap"]["verdict"] in ("higher", "lower", "no clear difference")   # reported, not asserted
 
 
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_grpo_loss_smoke(tmp_path):
-    v = run("02_the_grpo_loss", tmp_path, SMOKE, timeout=600)
-    check_loss_math(v)
-    assert set(v["variant_summary"]) == {"grpo_kl", "dr_grpo", "dapo", "gspo"}
-    assert all(len(row["per_seed"]) == 2 for row in v["variant_summary"].values())
+    SMOKE_CHECKS["02_the_grpo_loss"](run("02_the_grpo_loss", tmp_path, SMOKE, timeout=600))
 
 
 @pytest.mark.notebook
 @pytest.mark.full
 def test_grpo_loss_full(tmp_path):
-    v = run("02_the_grpo_loss", tmp_path, {}, timeout=3600)
-    check_loss_math(v)
+    check_loss_math(run("02_the_grpo_loss", tmp_path, {}, timeout=3600), seeds=3)
+
+
+# ------------------------------------------------------------------ 02b published variants
+VARIANT_NAMES = {"grpo_kl", "dr_grpo", "dapo", "gspo"}
+
+
+@pytest.mark.notebook
+@pytest.mark.headless
+def test_published_variants_smoke(tmp_path):
+    SMOKE_CHECKS["02b_published_variants"](run("02b_published_variants", tmp_path, SMOKE, timeout=600))
+
+
+def smoke_check_variants(v):
+    assert set(v["variant_summary"]) == VARIANT_NAMES and set(v["variant_gaps"]) == VARIANT_NAMES - {"grpo_kl"}
+    assert all(len(row["per_seed"]) == 2 for row in v["variant_summary"].values())
+
+
+@pytest.mark.notebook
+@pytest.mark.full
+def test_published_variants_full(tmp_path):
+    v = run("02b_published_variants", tmp_path, {}, timeout=3600)
     base = v["variant_base_accuracy"]
-    assert set(v["variant_summary"]) == {"grpo_kl", "dr_grpo", "dapo", "gspo"}
+    assert set(v["variant_summary"]) == VARIANT_NAMES
     for name, row in v["variant_summary"].items():
         assert len(row["per_seed"]) == 3 and row["min"] > base, (name, row, base)
+    assert max(v["variant_summary"], key=lambda s: v["variant_summary"][s]["clipped"]) == "gspo"
 
 
 # ------------------------------------------------------------------ 03 judges and preferences
@@ -109,17 +133,34 @@ def check_judges(v):
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_judges_and_preferences_smoke(tmp_path):
-    check_judges(run("03_judges_and_preferences", tmp_path, SMOKE, timeout=600))
+    SMOKE_CHECKS["03_judges_and_preferences"](run("03_judges_and_preferences", tmp_path, SMOKE, timeout=600))
 
 
 @pytest.mark.notebook
 @pytest.mark.full
 def test_judges_and_preferences_full(tmp_path):
-    v = run("03_judges_and_preferences", tmp_path, {}, timeout=3600)
-    check_judges(v)
-    assert v["offline_accuracy"] > v["base_accuracy"]
-    assert v["offline_accuracy"] > v["online_same_samples_accuracy"]
-    assert v["online_same_updates_accuracy"] > v["offline_accuracy"]
+    check_judges(run("03_judges_and_preferences", tmp_path, {}, timeout=600))
+
+
+# ------------------------------------------------------------------ 03b learning from ranked groups offline
+@pytest.mark.notebook
+@pytest.mark.headless
+def test_ranked_groups_offline_smoke(tmp_path):
+    SMOKE_CHECKS["03b_learning_from_ranked_groups_offline"](
+        run("03b_learning_from_ranked_groups_offline", tmp_path, SMOKE, timeout=600))
+
+
+def smoke_check_offline(v):
+    assert len(v["offline_accuracy"]) == 2 and len(v["online_same_updates_accuracy"]) == 2
+    assert len(v["readings"]) == 3
+
+
+@pytest.mark.notebook
+@pytest.mark.full
+def test_ranked_groups_offline_full(tmp_path):
+    v = run("03b_learning_from_ranked_groups_offline", tmp_path, {}, timeout=3600)
+    assert min(v["offline_accuracy"]) > v["base_accuracy"]
+    assert all(r["verdict"] == "higher" for r in v["readings"].values()), v["readings"]
 
 
 # ------------------------------------------------------------------ 00b from REINFORCE to GRPO
@@ -143,7 +184,7 @@ def check_reinforce(v):
 @pytest.mark.notebook
 @pytest.mark.headless
 def test_from_reinforce_to_grpo_smoke(tmp_path):
-    check_reinforce(run("00b_from_reinforce_to_grpo", tmp_path, SMOKE, timeout=300))
+    SMOKE_CHECKS["00b_from_reinforce_to_grpo"](run("00b_from_reinforce_to_grpo", tmp_path, SMOKE, timeout=300))
 
 
 @pytest.mark.notebook
@@ -155,3 +196,15 @@ def test_from_reinforce_to_grpo_full(tmp_path):
     for beta in ("0.2", "1.0"):
         t = v["kl_table"][beta]
         assert abs(t["k3_mean"] - t["KL"]) < 4 * t["k3_se"]
+
+
+# what each smoke run must have recorded; the headless tests above and the browser test (make test) both check it
+SMOKE_CHECKS = {
+    "00_quickstart": smoke_check_quickstart,
+    "00b_from_reinforce_to_grpo": check_reinforce,
+    "01_group_normalization": lambda v: check_group_normalization(v, tolerance=0.12),
+    "02_the_grpo_loss": lambda v: check_loss_math(v, seeds=2),
+    "02b_published_variants": smoke_check_variants,
+    "03_judges_and_preferences": check_judges,
+    "03b_learning_from_ranked_groups_offline": smoke_check_offline,
+}

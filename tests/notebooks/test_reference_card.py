@@ -39,10 +39,10 @@ DEFAULT = GRPOConfig()
 
 # card variant -> (notebook source, the dict it is defined in, its key there; None: the value is `lora`)
 VARIANT_SOURCES = {
-    "grpo_kl": ("02_the_grpo_loss.py", "VARIANTS", "grpo_kl"),
-    "dr_grpo": ("02_the_grpo_loss.py", "VARIANTS", "dr_grpo"),
-    "dapo": ("02_the_grpo_loss.py", "VARIANTS", "dapo"),
-    "gspo": ("02_the_grpo_loss.py", "VARIANTS", "gspo"),
+    "grpo_kl": ("02b_published_variants.py", "VARIANTS", "grpo_kl"),
+    "dr_grpo": ("02b_published_variants.py", "VARIANTS", "dr_grpo"),
+    "dapo": ("02b_published_variants.py", "VARIANTS", "dapo"),
+    "gspo": ("02b_published_variants.py", "VARIANTS", "gspo"),
     "dynamic": ("04_curriculum_group_sizes.py", "STRATEGIES", "dynamic"),
     "replay": ("04_curriculum_group_sizes.py", "STRATEGIES", "replay"),
     "pairwise_closeness": ("08_beyond_scalar_rewards.py", "VARIANTS", "pairwise_closeness"),
