@@ -1,9 +1,10 @@
 """Experiments built on the loop: the failure lab (``failures``), offline training on ranked
-groups (``offline``), a population of LoRA variants (``population``), and the shipped base model
+groups (``offline``), the arms of a comparison over seeds (``arms``), a population of LoRA variants (``population``), and the shipped base model
 (``base``).
 
 The names below are what the notebooks use; import a module for the rest.
 """
+from grpo_kit.lab.arms import train_arms
 from grpo_kit.lab.failures import (
     FAILURES,
     compare_table,
@@ -15,4 +16,4 @@ from grpo_kit.lab.failures import (
 from grpo_kit.lab.offline import train_offline
 
 __all__ = ["FAILURES", "compare_table", "dashboard_hook", "finding_marks", "measure_step_memory", "run_failure",
-           "train_offline"]
+           "train_offline", "train_arms"]
