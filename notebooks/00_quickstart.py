@@ -149,7 +149,8 @@ print("log-probs of the first completion's tokens:", logp[0][mask[0] > 0].detach
 # Minimising it raises the log-probability of tokens with $A_i > 0$ and lowers it for $A_i < 0$.
 # The kit writes the same loss in its general, [clipped](00b_from_reinforce_to_grpo.ipynb) form,
 # $-\min(\rho A, \mathrm{clip}(\rho, 1-\varepsilon_{clip}, 1+\varepsilon_{clip}) A)$ with the
-# [ratio](00b_from_reinforce_to_grpo.ipynb) $\rho = \pi_\theta / \pi_{\text{old}}$ (notebook 02); at the
+# [ratio](00b_from_reinforce_to_grpo.ipynb) $\rho = \pi_\theta / \pi_{\text{old}}$, where $\pi_{\text{old}}$ is
+# the policy that sampled the batch (notebook 02); at the
 # first update $\rho = 1$, and its gradient is exactly the gradient of the line above. We check that
 # on the real numbers. (The [KL](00b_from_reinforce_to_grpo.ipynb) term, off here, pulls the model
 # back toward its starting weights when `beta > 0`.)
@@ -203,10 +204,11 @@ print("\nevery rewarded completion (A > 0), probability after / before:", [round
 
 # %% [markdown]
 # ### 6. What `train()` does instead: AdamW
-# Training uses AdamW (`learning_rate=3e-4`, and the run's `weight_decay`, read from `cfg`) after
-# clipping the gradient's norm to `max_grad_norm`.
+# Training uses AdamW (`learning_rate=3e-4`, and the run's `weight_decay`, read from `cfg`: 0 by
+# default, which makes it plain Adam) after clipping the gradient's norm to `max_grad_norm`.
 # Adam divides each weight's gradient by a running estimate of its size, so its **first** step
-# moves every weight with a gradient (above Adam's eps = 1e-8) by `lr`, whatever that gradient's size:
+# moves every weight whose gradient is well above Adam's eps (1e-8) by about `lr`, whatever that
+# gradient's size (weights with tiny gradients move less; the printout counts those within 1% of `lr`):
 # it follows the *sign* of the gradient, not its length. That is a large, blunt step. Replay the
 # same gradient with AdamW and measure again:
 
@@ -234,7 +236,8 @@ print(f"{sum(x < 1 for x in adam_ratios)} of {len(adam_ratios)} rewarded complet
 # checks it). The single AdamW step moved most of the weights by the same amount, `lr`, and is far
 # from "small": the line under the second list counts the rewarded completions it made *less*
 # likely. Over many steps Adam's running averages make its steps follow the gradient on average,
-# and the cosine schedule shrinks them; one step proves little.
+# and the learning-rate schedule shrinks them (the default, `lr_schedule="cosine"`, decays `lr`
+# along half a cosine from its start to 0 at the last step); one step proves little.
 
 # %% [markdown]
 # ## Train
@@ -264,15 +267,31 @@ print(f"{'prompt':<9}{'correct':<9}{'before':<9}{'after':<9}")
 for it, b, a in list(zip(test, base_completions, after_completions))[:10]:
     print(f"{it['prompt']:<9}{it['completion']:<9}{b:<9}{a:<9}")
 print(f"\nheld-out greedy accuracy: {base_acc:.1%} -> {after_acc:.1%} ({100 * (after_acc - base_acc):+.1f} points)")
+low_step, low_acc = min(run.evals, key=lambda e: e[1])
+if low_acc < base_acc and low_step < run.evals[-1][0]:
+    print(f"on the way it dipped: {low_acc:.1%} at step {low_step}, below the base, before it rose (the early dip)")
+else:
+    print("no eval in this run fell below the base: no early dip this time")
 
 # %% [markdown]
 # ## What to notice
-# - **Reward** on the training samples rises along with held-out accuracy: the model is not
-#   memorising, the held-out problems were never sampled in training.
+# - **Reward** on the training samples and **held-out accuracy** both end higher: the model is not
+#   memorising, the held-out problems were never sampled in training. The two differ in level
+#   because the reward scores samples drawn at temperature 1, while accuracy takes each problem's
+#   single most likely (greedy) answer.
+# - Not in a straight line: held-out accuracy often falls below the base first, the **early dip**
+#   you will meet in later notebooks (the line above says whether this run dipped). Greedy accuracy
+#   counts only the answer on top; the first updates move many weights at once (Adam's first steps
+#   move every weight that has a gradient by about `lr`, as the by-hand AdamW step showed) and
+#   reshuffle which answer is on top before enough groups have shown which answers are right. How
+#   deep it goes varies from run to run and with the config: in the Try-this table below, a smaller
+#   learning rate dips less and 4 prompts a step dips more. A short run can end inside it, below the
+#   base: that is why smoke runs are not results.
 # - **Entropy** falls: the model becomes surer of its answers, the answers in a group become
 #   alike, more and more groups are all-right (`frac_reward_zero_std` rises) and teach nothing.
 #   That is why GRPO slows down as a task is mastered.
-# - **KL** to the starting model grows: GRPO moved the model. With `beta > 0` the loss pulls it back.
+# - **KL** to the starting model (the KL column above) rises from 0 in the first steps: GRPO moved
+#   the model. With `beta = 0` (the default) nothing pulls it back; with `beta > 0` the loss does.
 #
 # ## Try this
 # Change `cfg` and re-run the training cell. Each line below was measured on 2026-12-03 with
@@ -287,6 +306,10 @@ print(f"\nheld-out greedy accuracy: {base_acc:.1%} -> {after_acc:.1%} ({100 * (a
 # | `learning_rate=1e-4` | 58.0% / 71.0% | steadier early, slower late |
 # | `learning_rate=2e-3` | 0.0% / 0.0% | collapsed by step 50: in the last 10 steps every group was all wrong (`frac_reward_zero_std` = 1), so every advantage is 0 and nothing can pull it back; entropy *rose* from 0.83 (first step) to 1.26 (last 10 steps) |
 # | `scale_rewards="group"` (DeepSeekMath's z-score) | 37.5% / 78.0% | a deeper early dip, then ahead at 150 steps (notebook 01 explains the division) |
+#
+# The reference row is the run above cut to 150 steps: its cosine schedule decays three times
+# sooner and it is scored on 200 problems, so its step-50 number need not match the run above (one
+# run is one draw; notebook 02b shows how far seeds of one config land apart).
 #
 # ## The claims, checked
 # In smoke mode (and in the full run) this cell checks the by-hand step: the advantages are the
@@ -353,8 +376,9 @@ else:
 # </details>
 #
 # ## Exercises
-# 1. Re-run the by-hand step on a group where all 8 answers are right. What advantages do you get,
-#    and what does that group contribute to the update?
+# 1. Build by hand a `rewards` row where all 8 answers of a group are right (the sampled batch may
+#    have none) and compute its advantages as the by-hand step does. What do you get, and what does
+#    that group contribute to the update?
 # 2. **Code.** The kit's `loss_type="grpo"` (DeepSeekMath) averages each completion's tokens first,
 #    then averages over completions. Write that loss by hand from `logp`, `mask` and `A`, and check
 #    that its gradient equals the kit's `aggregate(..., "grpo")`.

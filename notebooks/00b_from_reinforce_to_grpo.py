@@ -31,7 +31,8 @@
 # The notation (ρ, r, A, G, ε_clip, β) is the one every later notebook and
 # [the reference card](REFERENCE.md) use.
 #
-# **How long it takes**: about 10 seconds; no model, only arithmetic on four probabilities.
+# **How long it takes**: about 25 s (measured by `make test-full` on 2026-12-06, 2 cores); no model,
+# only arithmetic on four probabilities.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: fewer sampled groups.
@@ -141,14 +142,24 @@ est = {"none": plain, **{k: sampled_gradients(theta, r, GROUPS, GROUP_SIZE, k, g
 total_var = {k: v.var(0).sum().item() for k, v in est.items()}   # trace of each estimate's covariance
 scale = {k: (v.mean(0) @ exact / (exact @ exact)).item() for k, v in est.items()}  # projection on the exact gradient
 for k in est:
-    print(f"{k:<7} total variance {total_var[k]:.4f}   mean estimate = {scale[k]:.3f} x exact gradient")
+    print(f"{k:<7} total variance {total_var[k]:.4f}   mean estimate = {scale[k]:.3f} x exact gradient"
+          f"   variance / scale² {total_var[k] / scale[k] ** 2:.4f}")
 G = GROUP_SIZE
 se = {k: v.std(0) / GROUPS ** 0.5 for k, v in est.items()}
 assert (((est["loo"].mean(0) - exact) / se["loo"]).abs() < 4).all()
 assert (((est["mean"].mean(0) - exact * (G - 1) / G) / se["mean"]).abs() < 4).all()
 assert total_var["none"] > 2.5 * total_var["loo"]
+assert total_var["zscore"] / scale["zscore"] ** 2 < total_var["none"] / scale["none"] ** 2  # at the same scale
 record("baseline_total_variance", total_var)
 record("baseline_scale", scale)
+
+# %% [markdown]
+# Read the variances at the same scale. `loo` and `mean` estimate the gradient itself (times 1 and
+# (G − 1)/G), so their variance compares directly with `none`'s: the baseline lowers it. `zscore`
+# divides by each group's std, which multiplies the whole estimate (by the factor in the middle
+# column), so its raw variance looks large; divided by that factor squared (the last column) it is
+# below `none`'s too (the cell asserts it). The direction is what a gradient step uses, and the
+# learning rate sets the scale.
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
@@ -376,7 +387,7 @@ record("critic_ratio", critic_ratio)
 # 30 percent and it keeps shrinking as G grows, with no second network to train. That is GRPO's trade: more
 # samples per prompt (which a language model needs anyway for the comparison) instead of a value
 # model. What it gives up is a value *per token*: the group mean is one number per prompt, so every
-# token of an answer gets the same advantage. Notebook 08 brings a per-token value back (GAE) as a
+# token of an answer gets the same advantage. Notebook 08b brings a per-token value back (GAE) as a
 # variant.
 #
 # ## From this policy to GRPO on a language model
@@ -388,7 +399,7 @@ record("critic_ratio", critic_ratio)
 # | ratio ρ | π_θ(a) / π_old(a) | per token (or per sequence, GSPO) | `num_iterations`, `importance_sampling_level` | 02 |
 # | clip | ε_clip on ρ | the same, per token | `epsilon`, `epsilon_high` | 02 |
 # | KL to π_ref | β KL, estimated by k3 | per token, summed into the loss | `beta`, `kl_estimator` | 02 |
-# | critic | dropped (group mean instead) | dropped; GAE brings one back | `advantage_estimator` variants | 08 |
+# | critic | dropped (group mean instead) | dropped; GAE brings one back | `advantage_estimator` variants | 08b |
 
 # %% [markdown]
 # ## Summary

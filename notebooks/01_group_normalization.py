@@ -85,9 +85,9 @@ print("estimators selectable by GRPOConfig.advantage_estimator:", A.ESTIMATORS)
 # With `scale_rewards="group"` both are divided by the group's std. The kit (like TRL) uses the
 # **sample** std, divisor G − 1 (`torch.std`'s default), not the population std √(p(1−p)):
 #
-# $$s = \sqrt{\tfrac{G}{G-1}\, p(1-p)}, \qquad A_{\text{right}} = \frac{1-p}{s + \varepsilon}, \qquad A_{\text{wrong}} = \frac{-p}{s + \varepsilon}, \qquad \varepsilon = 10^{-4}$$
+# $$s = \sqrt{\tfrac{G}{G-1}\, p(1-p)}, \qquad A_{\text{right}} = \frac{1-p}{s + \varepsilon_{std}}, \qquad A_{\text{wrong}} = \frac{-p}{s + \varepsilon_{std}}, \qquad \varepsilon_{std} = 10^{-4}$$
 #
-# The fewer right answers, the larger a right answer's advantage, √((G−1)(1−p)/(Gp)) (ε aside);
+# The fewer right answers, the larger a right answer's advantage, √((G−1)(1−p)/(Gp)) (ε_std aside);
 # the fewer wrong answers, the larger a wrong answer's. It is largest at k = 1, where p = 1/G and
 # s = 1/√G, so the lone right answer gets (G−1)/√G: 2.47 at G = 8, and no advantage can exceed
 # that (checked below, under "How large can one advantage get?"). Add the squares over the group:
@@ -199,7 +199,7 @@ display(W.VBox([W.HBox([k_slider, scale_buttons]), k_out]))
 # - `rank` only sees the order: each step up one rank is worth the same, whether the rewards differ by
 #   0.1 or by 0.5.
 # - `kmeans` compares each answer with answers of *similar* reward, so its signs look random (section 5).
-# - `topk` (corrected) pushes nearly everyone down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
+# - `topk` (corrected) pushes most of the group down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
 
 # %%
 r = torch.tensor([REWARDS])  # (1, G)

@@ -29,8 +29,9 @@
 # The published variants built from these pieces (GRPO with KL, Dr. GRPO, DAPO, GSPO) train side by
 # side in [02b](02b_published_variants.ipynb).
 #
-# **How long it takes**: about 5 minutes with the default parameters (9 training runs of 150 steps),
-# about 15 s with `SMOKE = True` (run headless on 2 quiet CPU cores).
+# **How long it takes**: about 6 minutes with the default parameters (9 training runs of 150 steps;
+# 7.5 min on 2 cores shared with light work, 2026-12-07), about 15 s with `SMOKE = True` (run
+# headless on 2 quiet CPU cores).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: fewer samples and a few steps per run; the
@@ -92,7 +93,7 @@ def plot_objective(epsilon=0.2, epsilon_high=0.28):
     for ax, a in zip(axes, (1.0, -1.0)):
         obj, grad = curves[a]
         ax.plot(r, obj, label="min(ρA, clip(ρ)A)")
-        ax.plot(r, r * a, ls=":", color="0.5", label="rA (unclipped)")
+        ax.plot(r, r * a, ls=":", color="0.5", label="ρA (unclipped)")
         flat = grad == 0
         ax.scatter(r[flat], obj[flat], s=4, color="C3", label="zero gradient")
         ax.axvline(1 - epsilon, color="0.8"); ax.axvline(1 + epsilon_high, color="0.8")
@@ -127,7 +128,7 @@ print("clipping removes the gradient exactly where the ratio has moved past the 
 # are at hand. With d = log π_ref(o) − log π_θ(o) for o sampled from π_θ (Schulman, "Approximating
 # KL divergence"):
 # - k1 = −d: unbiased, but often negative, high variance;
-# - k2 = d²/2: biased, low variance;
+# - k2 = d²/2: biased; low variance near π_ref, but far from it the noisiest of the three (the table);
 # - k3 = e^d − d − 1 (the one DeepSeekMath uses): unbiased and always ≥ 0.
 
 # %%
@@ -215,11 +216,10 @@ assert torch.allclose(weights["dapo"], torch.full((3,), 1 / 20))
 
 # %% [markdown]
 # Now on real runs. Task `add2s` makes the model write a scratchpad of column sums before the
-# answer (`47+85=` → `12 13|231`), so completion lengths vary (3 to 10 tokens) and a wrong answer
+# answer (`47+85=` → `12 13|231`), so completion lengths vary with the problem and a wrong answer
 # can run long. The shipped base `tiny-add2s` was trained on it to about 40%. We train it with each
 # aggregation for `LENGTH_STEPS` steps on each seed in `SEEDS`, everything else equal, at
-# `learning_rate=1e-4` (at the default 3e-4 this base collapsed to about 0% accuracy under every
-# aggregation when we tried: try it), and watch the length of the completions that get a negative
+# `learning_rate=1e-4` (this base is fragile: try the default 3e-4 and watch the accuracy), and watch the length of the completions that get a negative
 # advantage (the wrong ones). The dashboard shows the runs as they train (completion length of right
 # and wrong answers in its fifth panel).
 
@@ -270,7 +270,7 @@ for ax in axes:
 neg = {lt: [length_runs[(lt, s)].tail_mean("completions/mean_length_neg_adv", 30) for s in SEEDS]
        for lt in AGGREGATIONS}
 length_gap = gap_reading(neg["dr_grpo"], neg["grpo"])   # mean(grpo) - mean(dr_grpo), in tokens
-print("length of wrong answers, dr_grpo -> grpo: " + length_gap.text(unit=1.0, suffix=" tokens"))
+print("length of wrong answers, dr_grpo -> grpo: " + length_gap.text(unit=1.0, suffix=" tokens", digits=2))
 record("length_neg_adv", neg)
 record("length_gap", dict(gap=length_gap.gap, se=length_gap.se, verdict=length_gap.verdict))
 if SMOKE:

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 03 · Judges and preferences: scoring answers, and comparing them
 #
-# **The question.** Where do rewards come from when there is no exact answer to check?
+# **The question.** How does a judge turn a group of free-text answers into the numbers GRPO trains on?
 #
 # GRPO needs a number per completion. Where a task has an exact answer, a **rule judge** extracts
 # it and compares. Where it does not, a judge can still **compare two answers**, and a group of G

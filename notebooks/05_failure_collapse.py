@@ -35,7 +35,7 @@
 # three seeds, with each part of each fix tried alone, so that a verdict rests on more than one seed's
 # luck.
 #
-# **Time:** 9.2 minutes on 2 CPU cores (full run: 36 training runs, most of them in section 5;
+# **Time:** 9.2 minutes on 2 CPU cores (full run: 39 training runs, 13 arms × 3 seeds, most of them in section 5;
 # measured on 2026-12-06 in `make test-full`); `SMOKE=True` runs every cell in under a minute.
 
 # %% tags=["parameters"]
@@ -126,7 +126,7 @@ fig = compare_runs(pair, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5, marks
 # probability the reference gave that answer, not far away. The fix takes one step per batch
 # (`num_iterations=1`, so ρ = 1 when the gradient is taken) and decays the learning rate (cosine).
 # It changes both at once; section 5 tries each half alone, and the broken config sampled at
-# temperature 1.0, on three seeds.
+# temperature 1.0, on three seeds, to find out which of the three ingredients carries the collapse.
 
 # %% [markdown]
 # ## 4. Two cousins: divergence from the reference, and the sign error
@@ -134,7 +134,7 @@ fig = compare_runs(pair, keys=COLLAPSE_KEYS, styles=dash.styles, smooth=5, marks
 # A learning rate three times the default, held constant, throws the policy far from the reference
 # model within a few updates (the KL panel) and the reward falls. An advantage with the wrong sign
 # trains the model *away* from its best answers: the reward falls first, while the policy is still
-# near the reference, and the KL follows. Each can trip both detectors (the reports above show which); `diagnose` tells them apart
+# near the reference, and the KL follows. Each can trip both detectors (the reports below show which); `diagnose` tells them apart
 # by the KL while the reward fell (`kl_while_reward_fell` in the evidence), and names each one's cause
 # first. Each is detected, then fixed:
 
@@ -263,12 +263,18 @@ record("seed_tables", {n: {arm: {"accuracy": accs[n][arm], "verdict": tables[n].
                              for arm in ARMS[n]} for n in ARMS})
 
 # %% [markdown]
-# **How to read the tables.** Three things to look for, each checked in the full run below:
-# - **The collapse.** Does either half of the fix work alone? If the run at temperature 1.0 were
-#   healthy, the low temperature would be the cause; if it fails too, the eight updates per batch
-#   are. Compare also the *entropy* of the "cosine decay only" arm with the broken run's: a policy
-#   can be as sharp as a collapsed one and still be right, and `diagnose` reports a collapse only
-#   when the sharp policy is also wrong (its reward is low).
+# **How to read the tables.** Four things to look for, each checked in the full run below:
+# - **The collapse.** Three ingredients, three arms. The run at temperature 1.0 keeps the eight
+#   updates and the constant learning rate and changes only the sampling temperature: if it were
+#   healthy, the low temperature would be the cause; if it fails too, the cause is in the other two,
+#   and the two one-change arms ("num_iterations=1 only", "cosine decay only") say how much each
+#   carries. In the full run we measured (2026-12-06, `make test-full`), temperature 1.0 did not
+#   help, and the decay alone, with eight updates and T = 0.5 kept, ended highest (mean 81.7%,
+#   against 75.0% for the whole fix and 57.2% for one update per batch alone): the learning rate
+#   that never decays carries most of this collapse, the eight updates part of it. Compare also the
+#   *entropy* of the "cosine decay only" arm with the broken run's: a policy can be as sharp as a
+#   collapsed one and still be right, and `diagnose` reports a collapse only when the sharp policy
+#   is also wrong (its reward is low).
 # - **The divergence.** Which of the fix's three changes (learning rate, decay, KL penalty) carries
 #   it? A blow-up that starts within the first 20 updates cannot be prevented by a decay that has
 #   barely begun by then.
@@ -375,13 +381,16 @@ if not SMOKE:
 # - Eight updates on every batch at temperature 0.5 and a constant learning rate collapse the tiny
 #   model: `diagnose` names `entropy_collapse` first (entropy below half its start, few distinct
 #   completions per group, a low reward), while the KL's highest 20-step median stays below
-#   `collapse_kl_max`. One update per batch alone, or the cosine decay alone, lifts the final
-#   accuracy above the broken run's on three seeds; sampling at temperature 1.0 does not.
+#   `diagnose.collapse_kl_max` = 1.5 (a `kl_blowup` at a lower KL is listed under the collapse). One
+#   update per batch alone, or the cosine decay alone, lifts the final accuracy above the broken
+#   run's on three seeds (in our run the decay alone as much as the whole fix); sampling at
+#   temperature 1.0 does not.
 # - Low entropy is not by itself a failure: with the decay alone the policy ends as sharp as the
 #   collapsed one, but on right answers, and nothing is reported.
 # - A constant learning rate of 1e-3 without a KL penalty is named `kl_blowup` first. The default
-#   learning rate alone, or the KL penalty alone, helps; with the decay alone every seed stays
-#   near 0% (the blow-up comes within 20 updates, before the decay has done much).
+#   learning rate alone, or the KL penalty alone, lifts accuracy above the broken run's 0%, but
+#   neither alone gets back to the base model's accuracy in our run; with the decay alone every seed
+#   stays near 0% (the blow-up comes within 20 updates, before the decay has done much).
 # - The sign-flipped top-k advantage trains the model away from its best answers; either right-signed
 #   estimator stops it, and on three seeds neither beats the other. Every verdict above is the 2-SE
 #   rule over seeds, asserted in the full run.

@@ -24,8 +24,9 @@
 #
 # Each is broken on purpose, watched on the dashboard, named by `diagnose`, fixed and compared.
 #
-# **Time:** about 4 min on 2 CPU cores (full run: 3 min 54 s, measured on 2026-12-06 with `THREADS=1` while
-# other jobs shared the cores); `SMOKE=True` runs every cell in about 25 s.
+# **Time:** 2.3 minutes on 2 CPU cores (full run, measured by `make test-full` on 2026-12-06; 3 min 54 s
+# the same day with `THREADS=1` while other jobs shared the cores); `SMOKE=True` runs every cell in
+# about 25 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
@@ -154,8 +155,9 @@ fig = compare_runs(spikes, keys=("reward", "gold_reward", "advantages/max_abs", 
 # The judge still pays the jackpot under `'group'`: the *reward* curve spikes the same. What changes
 # is what the update does with it: the largest advantage and the gradient norm (the table above shows
 # what each run did to the gold reward; one seed each, so read it as what happened, not as a ranking).
-# `diagnose` reports a `reward_spike` only when the step's largest |A| is also above what group
-# z-scores can give one sample, (G − 1)/√G = 1.5 for G = 4: a spike the normalisation bounds no longer
+# `diagnose` reports a `reward_spike` only when the step's largest |A| is also above both
+# `diagnose.spike_adv_min` = 2.0 and what group z-scores can give one sample, (G − 1)/√G = 1.5 for
+# G = 4 (so above 2.0 here): a spike the normalisation bounds no longer
 # dominates the update, so the `'group'` run reports nothing (the full run asserts it below).
 #
 # Section 1 showed on one group that `'group'` leaves the jackpot's second harm in place: the right
@@ -451,8 +453,9 @@ if not SMOKE:
 #
 # 1. A = 1 − 10.25 = −9.25. No: `'group'` divides by the group's std (a positive number), so it stays
 #    negative (−0.47). Normalisation rescales r − mean; it cannot move the mean.
-# 2. Its `reward_spike` check also asks for the step's largest |A| above (G − 1)/√G, the most group
-#    z-scores give one sample. Under `'group'` the spike cannot exceed it, so it does not dominate the
+# 2. Its `reward_spike` check also asks for the step's largest |A| above both 2.0
+#    (`diagnose.spike_adv_min`) and (G − 1)/√G, the most group z-scores give one sample (1.5 at
+#    G = 4). Under `'group'` no |A| can exceed 1.5, so the spike does not dominate the
 #    update, and nothing is reported. The judge is still broken: a right answer beside a jackpot is
 #    still pushed down.
 # 3. `gold_reward`, the exact-answer judge scored on the same completions. If it were trained on, it

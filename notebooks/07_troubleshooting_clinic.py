@@ -29,9 +29,8 @@
 # the cause the advice assumes and measures it where the runs can. A second table does the same for
 # the advice given for "training does not converge" and "outputs lose diversity".
 #
-# **Time:** 5.7 minutes on 2 CPU cores lightly shared with other jobs (full run: 39 training runs of
-# 30 to 60 steps; measured on 2026-12-06 with `pytest -m full -k clinic`); `SMOKE=True` runs every
-# cell with one seed in under a minute.
+# **Time:** 6.1 minutes on 2 CPU cores (full run: 39 training runs of 30 to 60 steps; measured by
+# `make test-full` on 2026-12-06); `SMOKE=True` runs every cell with one seed in under a minute.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: one seed, a few steps per run (pipeline check only).
@@ -262,14 +261,19 @@ clinic["outputs too conservative -> fewer groups or an entropy bonus"] = {
 # makes the trained policy sample more distinct completions but does not lift its held-out
 # accuracy; fewer groups, at the same completions, end lower in accuracy (twice the steps means
 # twice the updates at the symptom's constant learning rate); removing the symptom's built-in cause
-# holds on both measures. Whether the bonus raised the logged entropy itself beyond 2 SE is the
-# last line above.
+# holds on both measures. The bonus's claimed cause, a higher entropy, did not clear the noise in our
+# full run (2026-12-06: 0.35 → 0.44, 2 SE 0.12): the distinct completions rose measurably, the
+# logged entropy not beyond 2 SE. The last line above gives your run's reading.
 
 # %% [markdown]
 # ## Row 3 · "Late-training decline → a replay buffer"
 #
-# The replay buffer is measured in [04 · Curriculum and group sizes](04_curriculum_group_sizes.ipynb)
-# (the `replay` strategy, three seeds at an equal budget of completions), so the clinic does not repeat it.
+# **Not tested in this series.** [04](04_curriculum_group_sizes.ipynb) runs replay only as one
+# strategy at an equal budget of completions, on runs that do not decline; no notebook provokes a late
+# decline and tries replay against it, because each run of the provoked decline takes 300 steps (six
+# runs would double this notebook's time). The experiment, if you want the answer: for seeds 0, 1
+# and 2, `grpo_kit.lab.run_failure("late_decline", seed=s)` against the same call with
+# `replay_fraction=0.25`, then `grpo_kit.eval.gap_reading` on the final held-out accuracies.
 #
 # ## Row 4 · "GPU out of memory → smaller batch or gradient accumulation"
 #
@@ -314,6 +318,15 @@ clinic["GPU out of memory -> smaller batch or gradient accumulation"] = {
                f"no verdict: full {full:.1f} MiB, accumulation {accum:.1f} MiB, half batch {half:.1f} MiB: a drop "
                f"under {MIB_MARGIN:.1f} MiB (one measurement each) is within the noise"}
 print(clinic["GPU out of memory -> smaller batch or gradient accumulation"]["verdict"])
+
+# %% [markdown]
+# The logits and hidden-state columns are one copy each. A step's peak holds many more tensors of
+# that kind, all proportional to the rows of a pass: each layer's attention scores and MLP
+# activations kept for the backward pass, the log-softmax over the vocabulary and its gradient. So
+# the peak is far above the two columns and falls with the rows per pass. In our full run
+# (2026-12-06) it fell 11.8x with 8 micro-batches and 4x with half the batch, more than the 8x and
+# 2x the rows alone predict: resident memory on the CPU also carries the allocator's behaviour
+# (memory it keeps after a free), so read the direction and the order of magnitude, not the ratio.
 
 # %% [markdown]
 # ## A second table: "training does not converge" and "outputs lose diversity"
@@ -487,7 +500,9 @@ clinic["outputs lose diversity"] = {"accuracy": acc5, "distinct_at_T0.5": div5, 
 # The temperature mix does what its cause says inside the batches (more distinct completions
 # there), yet the policy it trains samples no more distinct completions at temperature 0.5 and ends
 # lower in held-out accuracy. The entropy term is row 2's reading. The curriculum holds on neither
-# measure; the zero-std line above says whether it kept the groups mixed.
+# measure, and its claimed cause read the wrong way in our full run (2026-12-06): the share of
+# zero-std groups rose (0.40 → 0.48) where the advice expects it to fall. In the zero-std line
+# above, "higher" means more groups that teach nothing.
 
 # %% [markdown]
 # ## The verdicts
@@ -515,7 +530,7 @@ assert clinic["GPU out of memory -> smaller batch or gradient accumulation"]["gr
 # |---|---|---|---|
 # | unstable reward | larger groups | few samples per group: a noisy baseline, noisy advantages | the share of the advantages' size that is judge noise (groups whose completions are equally right) |
 # | outputs too conservative | an entropy bonus; fewer groups | entropy collapse: the policy stops exploring (no cause given for fewer groups) | the policy's entropy, and the distinct completions it samples at one temperature |
-# | late-training decline | a replay buffer | the policy forgets what it learned | not here: see notebook 04 |
+# | late-training decline | a replay buffer | the policy forgets what it learned | not tested in this series (the experiment is in row 3) |
 # | GPU out of memory | smaller batch or gradient accumulation | memory grows with the rows per forward/backward pass | the step's peak memory, on the CPU, once per setting |
 # | does not converge | check the judge | the judge pays for the wrong thing | the run's judge scores known right and wrong answers |
 # | does not converge | larger groups | small groups are often all right or all wrong: no signal | the share of groups with zero reward std |
@@ -576,13 +591,15 @@ if not SMOKE:  # the readings of the full run, each as the inequality that makes
 # ## Summary
 # - Every verdict here comes from three seeds per arm at the same generated completions, read with
 #   the 2-SE rule (`gap_reading`); the full run asserts each reading as the inequality behind it.
+#   Removing the collapse's built-in cause (row 2: one update a batch with cosine decay) holds on
+#   both of its measures, a check of the setup.
 # - Advice that holds on these runs: larger groups for a noisy judge (and so does dropping the std
 #   division at G = 2), an entropy bonus for diversity (not for accuracy), and each fix for
 #   "does not converge": the right judge, larger groups, a lower learning rate with warm-up and
 #   cosine decay.
 # - Advice that does not: fewer groups at the same completions (lower accuracy), a temperature mix
-#   and a curriculum (neither lifts diversity nor accuracy); removing the symptom's built-in cause
-#   holds on both measures.
+#   and a curriculum (neither lifts diversity nor accuracy); the replay buffer for a late decline is
+#   not tested here.
 # - The claimed causes, measured: judge noise makes up more of the advantages at G = 2 with
 #   z-scores, G = 2 leaves more zero-std groups, lr 1e-3 drifts far (KL), a temperature mix
 #   diversifies the batches; the judge check and the leakage check (no shared prompts, a planted
@@ -606,7 +623,8 @@ if not SMOKE:  # the readings of the full run, each as the inequality that makes
 #    standard error of the gap is √(25/3 + 25/3) ≈ 4.1 points and 2 SE ≈ 8.2: 10 > 8.2, it holds
 #    (`gap_reading([.40, .45, .50], [.50, .55, .60])` says "higher").
 # 2. The per-pass terms, the activations and the logits (B/8 rows at a time), shrink about 8x.
-#    The parameters, their gradients and the optimiser state do not shrink at all.
+#    The parameters, their gradients and the optimiser state do not shrink at all. (A measured
+#    peak can fall by more or less than that: the allocator keeps some freed memory.)
 # 3. 128 / 8 = 16 prompts instead of 64: a better baseline per prompt, but a quarter as many
 #    problems seen per step.
 # 4. The judge adds noise to every reward, so no two rewards in a group are equal and no group has
@@ -661,6 +679,5 @@ print(f"by hand: gap {100 * (mean_b - mean_a):+.1f} points, SE {100 * se:.1f}, {
 assert abs(g.gap - (mean_b - mean_a)) < 1e-12 and (g.se == se or abs(g.se - se) < 1e-12) and g.verdict == by_hand
 
 # %% [markdown]
-# **Next:** [08 · Beyond scalar rewards](08_beyond_scalar_rewards.ipynb): advantages made
-# from more than one reward per completion: pairwise judges, a score per step, a value head and a
-# learned judge.
+# **Next:** [08 · Beyond scalar rewards](08_beyond_scalar_rewards.ipynb): advantages from
+# judges that compare the answers of a group, by a rule or a learned model.

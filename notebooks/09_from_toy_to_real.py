@@ -365,7 +365,8 @@ if SMOKE:
     print("smoke mode: the memory measurements are skipped")
 
 # %% [markdown]
-# Read the `tiny` row honestly: **LoRA saves nothing measurable on a 0.9M-parameter model.** Its
+# Read the `tiny` row honestly: **on a 0.9M-parameter model LoRA saves nothing, and its measured peak
+# can come out higher than full fine-tuning's.** Its
 # weights, gradients and AdamW state together are about 13 MiB; the activations and logits of
 # 128 completions, and the allocator's own overhead, are larger than all of that, and peft's
 # per-layer temporaries add a little. With glibc's default allocator LoRA's high-water mark can

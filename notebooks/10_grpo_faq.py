@@ -96,7 +96,8 @@ record("faq_loss", {"max_abs_loss": max_abs_loss, "min_grad_norm": min_grad, "mo
                     "reward_first20": first20, "reward_last20": last20})
 
 # %% [markdown]
-# Taught in [02 · The GRPO loss](02_the_grpo_loss.ipynb).
+# Taught in [00 · Quickstart](00_quickstart.ipynb) (the loss as an equation, in the step by hand) and
+# [02 · The GRPO loss](02_the_grpo_loss.ipynb) (with one update per batch ρ = 1 and the clip never acts).
 #
 # ## 2. "The reward does not go up."
 #
@@ -250,9 +251,12 @@ record("faq_late", {"grad_explosion": spike_findings[0].kind, "late_decline": la
 
 # %% [markdown]
 # Fixes: group-scaled rewards and gradient clipping (`max_grad_norm=1.0`, the default) for the
-# spikes; a decaying learning rate for the late decline. Taught in
-# [06 · Failure lab II](06_failure_reward_spikes_and_hacking.ipynb) and
-# [07 · Troubleshooting clinic](07_troubleshooting_clinic.ipynb).
+# spikes; a decaying learning rate for the late decline. The spikes, and what group scaling does to
+# a jackpot, are taught in [06 · Failure lab II](06_failure_reward_spikes_and_hacking.ipynb); the
+# cosine decay is measured as a fix in [05 · Failure lab I](05_failure_collapse.ipynb). The late
+# decline itself has no notebook of its own: the two findings above are all the series shows of it,
+# and the replay buffer often advised for it is not tested here ([07](07_troubleshooting_clinic.ipynb),
+# row 3, gives the experiment).
 #
 # ## 9. "NaN loss."
 #
@@ -276,7 +280,10 @@ assert nan_step["loss"] != nan_step["loss"] and nan_step["skipped"] == 1.0 and u
 record("faq_nan", {"skipped": nan_step["skipped"], "unchanged": unchanged})
 
 # %% [markdown]
-# Taught in [09 · From the toy to a real model](09_from_toy_to_real.ipynb).
+# No other notebook covers this: the cell above is the series' demonstration. On a real model in
+# bf16 the usual causes are an overflow in the loss or a reward function that returns NaN; for the
+# latter the kit stops by default (`reward_error_policy="raise"`) with an error naming the function
+# and the sample.
 #
 # ## 10. "A resume that does not continue."
 #
@@ -311,8 +318,9 @@ record("faq_resume", {"identical": identical, "checkpoint": ck.name})
 
 # %% [markdown]
 # Bit for bit holds here because both runs use float32 on the same CPU; on a GPU, expect equality
-# up to the non-determinism of its kernels. Checkpoints are taught in
-# [00 · Quickstart](00_quickstart.ipynb).
+# up to the non-determinism of its kernels. No other notebook covers checkpoints; from the command
+# line, `grpo-kit train --config ... --out DIR --resume` continues a run from the latest checkpoint
+# in `DIR`.
 #
 # ## Summary
 #

@@ -46,8 +46,8 @@ VARIANT_SOURCES = {
     "dynamic": ("04_curriculum_group_sizes.py", "STRATEGIES", "dynamic"),
     "replay": ("04_curriculum_group_sizes.py", "STRATEGIES", "replay"),
     "pairwise_closeness": ("08_beyond_scalar_rewards.py", "VARIANTS", "pairwise_closeness"),
-    "hybrid_w0.7": ("08_beyond_scalar_rewards.py", "VARIANTS", "hybrid_w0.7"),
-    "process": ("08_beyond_scalar_rewards.py", "VARIANTS", "process"),
+    "hybrid_w0.7": ("08b_process_rewards_and_critics.py", "VARIANTS", "hybrid_w0.7"),
+    "process": ("08b_process_rewards_and_critics.py", "VARIANTS", "process"),
     "lora": ("09_from_toy_to_real.py", "LORA", None),
 }
 
