@@ -34,9 +34,8 @@
 #    of generated completions**, over 3 seeds each, on the live dashboard, read with the 2-SE rule;
 #    and how to tell when the policy games the learned judge.
 #
-# **Time**: about 3 minutes headless with the full parameters (a learned judge and 9 training runs,
-# one thread; the notebook before it was split took 332 s for 21 runs, `make test-full` on
-# 2026-12-06); `SMOKE=True` runs every cell in about 10 s.
+# **Time**: 2.7 minutes headless with the full parameters (a learned judge and 9 training runs,
+# one thread; measured with `pytest -m full` on 2026-12-07); `SMOKE=True` runs every cell in about 10 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).

@@ -36,9 +36,8 @@
 #    over 3 seeds each, on the live dashboard, read with the 2-SE rule;
 # 3. what the GAE mix weight w means once the two terms are on their own scales (slider).
 #
-# **Time**: about 3.5 minutes headless with the full parameters (15 training runs, one thread;
-# the notebook before it was split took 332 s for 21 runs, `make test-full` on 2026-12-06);
-# `SMOKE=True` runs every cell in about 10 s.
+# **Time**: 4.5 minutes headless with the full parameters (15 training runs, one thread; measured
+# with `pytest -m full` on 2026-12-07); `SMOKE=True` runs every cell in about 10 s.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a few steps per run (pipeline check only).
@@ -114,7 +113,8 @@ record("process_by_hand", {"grpo": grpo_adv[0].tolist(), "process_first_token": 
 # %% [markdown]
 # Now on real samples: the add2s base answers `SAMPLE_PROMPTS` training prompts G times each. In a
 # group whose final answers all score the same (all wrong, or all right), plain GRPO's advantages are
-# all 0. How many of those groups does the process judge still move?
+# all 0. How many of those groups does the process judge still move? (One whose answers also agree on
+# every step, say eight copies of one answer, it cannot move either.)
 
 # %%
 sp_policy, sp_tok = load_model("tiny-add2s")
@@ -326,8 +326,9 @@ record("process_metrics", proc)
 # ## 6. What the runs support
 #
 # Always (smoke and full): by hand, in a group whose final answers are all wrong, plain GRPO gives
-# 0 and the process judge gives more credit for more right steps; on real samples it moves every
-# group with tied final answers it found; every run spent the same number of completions and
+# 0 and the process judge gives more credit for more right steps; on real samples it moves some of
+# the groups with tied final answers (17 of 20 when we ran it, 2026-12-07: a group whose answers
+# also agree on every step stays at 0); every run spent the same number of completions and
 # trained with finite losses; every estimator logged its metrics.
 #
 # Full run only: plain GRPO learns on both tasks with every seed, and a larger w gives the group
