@@ -24,13 +24,13 @@
 # 1. the clipped objective as a function of the ratio, and where its gradient is zero (sliders);
 # 2. three estimators of the KL term, k1, k2 and k3, against the true KL;
 # 3. per-completion versus token-level aggregation, and the length bias Dr. GRPO describes, on
-#    real tiny-model runs of a task whose answers vary in length, three seeds each.
+#    real tiny-model runs of a task whose answers vary in length, three seeds per aggregation.
 #
 # The published variants built from these pieces (GRPO with KL, Dr. GRPO, DAPO, GSPO) train side by
 # side in [02b](02b_published_variants.ipynb).
 #
-# **How long it takes**: about 6 minutes with the default parameters (9 training runs of 150 steps;
-# 7.5 min on 2 cores shared with light work, 2026-12-07), about 15 s with `SMOKE = True` (run
+# **How long it takes**: about 4 minutes with the default parameters (6 training runs of 150 steps;
+# 5.7 min with 9 runs in `make test-full` on 2026-12-07), about 15 s with `SMOKE = True` (run
 # headless on 2 quiet CPU cores).
 
 # %% tags=["parameters"]
@@ -217,11 +217,13 @@ assert torch.allclose(weights["dapo"], torch.full((3,), 1 / 20))
 # %% [markdown]
 # Now on real runs. Task `add2s` makes the model write a scratchpad of column sums before the
 # answer (`47+85=` → `12 13|231`), so completion lengths vary with the problem and a wrong answer
-# can run long. The shipped base `tiny-add2s` was trained on it to about 40%. We train it with each
-# aggregation for `LENGTH_STEPS` steps on each seed in `SEEDS`, everything else equal, at
-# `learning_rate=1e-4` (this base is fragile: try the default 3e-4 and watch the accuracy), and watch the length of the completions that get a negative
-# advantage (the wrong ones). The dashboard shows the runs as they train (completion length of right
-# and wrong answers in its fifth panel).
+# can run long. The shipped base `tiny-add2s` was trained on it to about 40%. We train it with the
+# two aggregations the claim is about, `grpo` and `dr_grpo` (`dapo` weighs tokens as `dr_grpo` does,
+# up to a constant per batch), for `LENGTH_STEPS` steps on each seed in `SEEDS`, everything else
+# equal, at `learning_rate=1e-4` (this base is fragile: try the default 3e-4 and watch the
+# accuracy), and watch the length of the completions that get a negative advantage (the wrong
+# ones). The dashboard shows the runs as they train (completion length of right and wrong answers in
+# its fifth panel).
 
 # %%
 def run_aggregation(loss_type, seed, dash):
@@ -235,8 +237,8 @@ def run_aggregation(loss_type, seed, dash):
     return run, time.time() - t0
 
 
-AGGREGATIONS = ("grpo", "dr_grpo", "dapo")
-length_dash = Dashboard(total_steps=LENGTH_STEPS, title=f"add2s: three aggregations x {len(SEEDS)} seeds")
+AGGREGATIONS = ("grpo", "dr_grpo")
+length_dash = Dashboard(total_steps=LENGTH_STEPS, title=f"add2s: two aggregations x {len(SEEDS)} seeds")
 length_runs = {}
 for lt in AGGREGATIONS:
     for seed in SEEDS:

@@ -323,10 +323,11 @@ print(clinic["GPU out of memory -> smaller batch or gradient accumulation"]["ver
 # The logits and hidden-state columns are one copy each. A step's peak holds many more tensors of
 # that kind, all proportional to the rows of a pass: each layer's attention scores and MLP
 # activations kept for the backward pass, the log-softmax over the vocabulary and its gradient. So
-# the peak is far above the two columns and falls with the rows per pass. In our full run
-# (2026-12-06) it fell 11.8x with 8 micro-batches and 4x with half the batch, more than the 8x and
-# 2x the rows alone predict: resident memory on the CPU also carries the allocator's behaviour
-# (memory it keeps after a free), so read the direction and the order of magnitude, not the ratio.
+# the peak is far above the two columns and falls with the rows per pass. In our full runs it fell
+# 11.8x (2026-12-06) and 8.3x (2026-12-07) with 8 micro-batches, and 4x and 3.3x with half the
+# batch: not the 8x and 2x the rows alone predict, and not the same twice. Resident memory on the
+# CPU also carries the allocator's behaviour (memory it keeps after a free), so read the direction
+# and the order of magnitude, not the ratio.
 
 # %% [markdown]
 # ## A second table: "training does not converge" and "outputs lose diversity"
