@@ -18,6 +18,7 @@ from benchmarks import (
 TINY = ["--quick", "--threads", "1", "--prompts", "2", "-G", "2", "--length", "3"]
 
 
+@pytest.mark.full  # 20 s each of a 2-core machine: make test-full runs it, make test keeps to its 10 minutes
 def test_bench_step_kit_and_floor_write_json(tmp_path):
     out = tmp_path / "bench.json"
     res = bench_step.main(TINY + ["--variants", "kit,floor", "--out", str(out)])
@@ -28,6 +29,7 @@ def test_bench_step_kit_and_floor_write_json(tmp_path):
     assert res["settings"]["G"] == 2 and len(saved["times_s"]["kit"]) == 1
 
 
+@pytest.mark.full  # 20 s each of a 2-core machine: make test-full runs it, make test keeps to its 10 minutes
 def test_bench_step_against_trl(tmp_path):
     if not bench_step.have_trl():
         pytest.skip("trl is not installed; the TRL comparison needs `pip install -r requirements.txt`")
