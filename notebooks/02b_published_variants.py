@@ -51,8 +51,9 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit import GRPOConfig, setup, train
+from grpo_kit import GRPOConfig
 from grpo_kit.eval import gap_reading
+from grpo_kit.lab import train_arms
 from grpo_kit.view import Dashboard, record, smoke_banner, smooth
 
 if SMOKE:
@@ -99,29 +100,15 @@ for name, changes in VARIANTS.items():
 # term in its loss that pulls it back.
 
 # %%
-def run_variant(steps, seed, dash=None, label=None, **changes):
-    """Train one config; feed the dashboard (if any) as it goes. Returns the run and its seconds."""
-    cfg = GRPOConfig(seed=seed, steps=steps, eval_every=max(steps // 4, 1), eval_size=EVAL_SIZE, threads=THREADS,
-                     **changes)
-    run, t0 = setup(cfg), time.time()
-    for m in train(cfg, run, should_stop=dash.should_stop if dash else None):
-        if dash is not None:
-            dash.update(m, variant=label, run=run)
-    return run, time.time() - t0
-
-
+COMMON = dict(steps=COMPARE_STEPS, eval_every=max(COMPARE_STEPS // 4, 1), eval_size=EVAL_SIZE, threads=THREADS,
+              num_iterations=2)
+ARMS = {name.split()[0]: changes for name, changes in VARIANTS.items()}  # the short name: its config fields
 compare_dash = Dashboard(total_steps=COMPARE_STEPS, title=f"four variants x {len(SEEDS)} seeds")
-compare, t_all = {}, time.time()
-for name, changes in VARIANTS.items():
-    short = name.split()[0]
-    for seed in SEEDS:
-        run, secs = run_variant(COMPARE_STEPS, seed, dash=compare_dash, label=f"{short} seed {seed}",
-                                num_iterations=2, **changes)
-        compare[(short, seed)] = run
-        clipped = run.tail_mean("clip_ratio/region_mean", 30)
-        print(f"{short:<8} seed {seed}  {secs:5.0f} s  held-out accuracy {run.evals[0][1]:.1%} -> "
-              f"{run.evals[-1][1]:.1%}  clipped tokens (last 30 steps) {clipped:.3f}")
+t_all = time.time()
+compare = train_arms(ARMS, SEEDS, COMMON, dash=compare_dash)  # (variant, seed) -> run
 compare_dash.close()
+for (short, seed), run in compare.items():
+    print(f"{short:<8} seed {seed}  clipped tokens (last 30 steps) {run.tail_mean('clip_ratio/region_mean', 30):.3f}")
 compare_seconds = time.time() - t_all
 print(f"\nall {len(compare)} runs: {compare_seconds:.0f} s")
 
