@@ -49,14 +49,13 @@ THREADS = 2
 
 # %%
 import inspect
-import time
 
 import ipywidgets as W
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit import GRPOConfig, setup, train
 from grpo_kit.core import losses as L
 from grpo_kit.eval import gap_reading
+from grpo_kit.lab import train_arms
 from grpo_kit.view import Dashboard, record, redraw_on_change, smoke_banner, smooth
 from IPython.display import display
 
@@ -226,28 +225,16 @@ assert torch.allclose(weights["dapo"], torch.full((3,), 1 / 20))
 # its fifth panel).
 
 # %%
-def run_aggregation(loss_type, seed, dash):
-    """Train tiny-add2s with one aggregation; feed the dashboard as it goes. Returns the run and its seconds."""
-    cfg = GRPOConfig(seed=seed, steps=LENGTH_STEPS, eval_every=max(LENGTH_STEPS // 4, 1), eval_size=EVAL_SIZE,
-                     threads=THREADS, model="tiny-add2s", task="add2s", max_completion_length=16,
-                     loss_type=loss_type, learning_rate=1e-4)
-    run, t0 = setup(cfg), time.time()
-    for m in train(cfg, run, should_stop=dash.should_stop):
-        dash.update(m, variant=f"{loss_type} seed {seed}", run=run)
-    return run, time.time() - t0
-
-
 AGGREGATIONS = ("grpo", "dr_grpo")
+COMMON = dict(steps=LENGTH_STEPS, eval_every=max(LENGTH_STEPS // 4, 1), eval_size=EVAL_SIZE, threads=THREADS,
+              model="tiny-add2s", task="add2s", max_completion_length=16, learning_rate=1e-4)
 length_dash = Dashboard(total_steps=LENGTH_STEPS, title=f"add2s: two aggregations x {len(SEEDS)} seeds")
-length_runs = {}
-for lt in AGGREGATIONS:
-    for seed in SEEDS:
-        run, secs = run_aggregation(lt, seed, length_dash)
-        length_runs[(lt, seed)] = run
-        print(f"{lt:<8} seed {seed} {secs:4.0f} s  accuracy {run.evals[0][1]:.1%} -> {run.evals[-1][1]:.1%}   "
-              f"length of A<0 completions (last 30 steps) {run.tail_mean('completions/mean_length_neg_adv', 30):.2f}"
-              f"   A>0 {run.tail_mean('completions/mean_length_pos_adv', 30):.2f}")
+length_runs = train_arms({lt: dict(loss_type=lt) for lt in AGGREGATIONS}, SEEDS, COMMON, dash=length_dash)
 length_dash.close()
+for (lt, seed), run in length_runs.items():  # (aggregation, seed) -> run
+    print(f"{lt:<8} seed {seed}  length of A<0 completions (last 30 steps) "
+          f"{run.tail_mean('completions/mean_length_neg_adv', 30):.2f}   "
+          f"A>0 {run.tail_mean('completions/mean_length_pos_adv', 30):.2f}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
