@@ -45,10 +45,10 @@ THREADS = 2
 # %%
 import matplotlib.pyplot as plt
 import torch
-from grpo_kit import GRPOConfig, load_model, setup, train
+from grpo_kit import GRPOConfig, load_model
 from grpo_kit.data import DATASETS_DIR, heldout_split
 from grpo_kit.eval import gap_reading
-from grpo_kit.lab import train_offline
+from grpo_kit.lab import train_arms, train_offline
 from grpo_kit.rewards import pairwise as PW
 from grpo_kit.view import Dashboard, record, smoke_banner
 
@@ -129,18 +129,14 @@ if SMOKE:
     same_samples = 2
 BUDGETS = (("same judged answers", "grpo same-answers", same_samples),
            ("same updates", "grpo same-updates", OFFLINE_STEPS))
-online = {label: [] for label, _, _ in BUDGETS}
 online_dash = Dashboard(total_steps=OFFLINE_STEPS, title=f"online GRPO, two budgets x {len(SEEDS)} seeds")
-for label, short, steps in BUDGETS:
-    for seed in SEEDS:
-        c = cfg.replace(steps=steps, seed=seed)
-        run = setup(c)
-        for m in train(c, run, should_stop=online_dash.should_stop):
-            online_dash.update(m, variant=f"{short} seed {seed}", run=run)
-        online[label].append(run.evals[-1][1])
-        print(f"online GRPO, {label}, seed {seed}: {steps} steps, {steps * c.batch_size} sampled answers "
-              f"-> {run.evals[-1][1]:.1%}")
+online_runs = train_arms({short: dict(steps=steps) for _, short, steps in BUDGETS}, SEEDS,
+                         dict(threads=THREADS, eval_every=0, eval_size=EVAL_SIZE), dash=online_dash, log=None)
 online_dash.close()
+online = {label: [online_runs[short, s].evals[-1][1] for s in SEEDS] for label, short, _ in BUDGETS}
+for label, short, steps in BUDGETS:
+    print(f"online GRPO, {label}: {steps} steps, {steps * cfg.batch_size} sampled answers per seed -> "
+          + " ".join(f"{a:.1%}" for a in online[label]))
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
