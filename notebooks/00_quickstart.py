@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 00 · Quickstart: watch GRPO make a small model better at addition
 #
-# **The question.** What does one GRPO step do, and does repeating it make a tiny model better at addition with only a right/wrong reward?
+# **The question.** How does a right/wrong reward alone, through repeated GRPO steps, make a tiny model better at addition?
 #
 # **Win first, then take it apart.** In a few minutes on a laptop CPU this notebook takes a tiny
 # language model (about 0.9M parameters, one token per character) that half-knows 2-digit

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 01 · Group normalisation: what each advantage estimator does to a group of rewards
 #
-# **The question.** What does dividing by the group's std do to a prompt solved k times out of G, and what do the other advantage estimators do?
+# **The question.** How does each advantage estimator, the group's z-score first, weigh the answers of a prompt solved k times out of G?
 #
 # GRPO has no critic. It samples **G answers to the same prompt** (a *group*) and turns their
 # rewards into **advantages** by comparing each answer with the rest of its group. How exactly it
@@ -25,8 +25,7 @@
 # 3. what a group whose rewards are all equal does (nothing, if the code is careful);
 # 4. how noisy the group's std is for 0/1 rewards, computed exactly and measured, and where the
 #    textbook (Gaussian) formula is wrong for them;
-# 5. two variants you will meet, k-means reward buckets and "top-k minus own reward", and what
-#    goes wrong with each.
+# 5. a variant you will meet, k-means reward buckets, and what goes wrong with it.
 #
 # **How long it takes**: a few seconds with the default parameters or with `SMOKE = True` (4 s each,
 # measured on 2026-12-03 with `make test-full`, headless on 2 quiet CPU cores); no training, only
@@ -48,7 +47,6 @@ P_CORRECT = 0.3                             # chance that one answer is right (0
 TOLERANCE = 0.05                            # allowed relative gap between simulation and exact theory
 
 # %%
-import inspect
 import math
 from itertools import pairwise
 
@@ -199,7 +197,9 @@ display(W.VBox([W.HBox([k_slider, scale_buttons]), k_out]))
 # - `rank` only sees the order: each step up one rank is worth the same, whether the rewards differ by
 #   0.1 or by 0.5.
 # - `kmeans` compares each answer with answers of *similar* reward, so its signs look random (section 5).
-# - `topk` (corrected) pushes most of the group down; `topk_minus_own_BROKEN_SIGN` is its mirror image (section 6).
+# - `topk` (r minus the mean of the top-k rewards, k = 5) pushes most of the group down (4 of 6 here);
+#   `topk_minus_own_BROKEN_SIGN` is its mirror image, a sign error you will meet in code:
+#   [05](05_failure_collapse.ipynb) trains with it and shows what it does to a run.
 
 # %%
 r = torch.tensor([REWARDS])  # (1, G)
@@ -318,6 +318,10 @@ for G, m, e, g, sm, se in zip(G_VALUES, rel_measured, rel_exact, rel_gauss, spre
 #   falls from there on; at small G the groups with a signal are so few kinds that it hardly varies.
 # - Small groups pay a different price instead: many are all-wrong or all-right and teach nothing
 #   (third panel: 58% of groups at G = 2, p = 0.3).
+# - What this noise does to training: the same right answer, to the same prompt, gets a different
+#   push from one group to the next (the spread printed above for your G), because its advantage
+#   depends on which other answers happened to be drawn with it. That noise averages out over steps;
+#   it does not bias the update, it only makes each step's gradient noisier.
 
 # %% [markdown]
 # ## 5 · A variant you will meet: k-means reward buckets
@@ -351,19 +355,7 @@ print(f"0/1 rewards: largest bucket advantage {binary_bucket_max}, largest group
 # every advantage is 0. With graded rewards they compare each answer with answers of similar
 # reward from *other* prompts: an answer that is the best for its hard prompt can be pushed down
 # because it sits at the low end of its bucket.
-#
-# ## 6 · A variant you will meet: "top-k minus own reward"
-#
-# Some write `advantages[i] = mean(rewards[top_k]) - rewards[i]`. With that sign the worst answer
-# gets the largest advantage: gradient ascent makes the model worse. The kit ships it as
-# `topk_minus_own_BROKEN_SIGN` (for study) beside the corrected `topk` (r_i minus the top-k mean).
 
-# %%
-print(inspect.getsource(A.topk_minus_own_BROKEN_SIGN))
-broken = table["topk_minus_own_BROKEN_SIGN"]
-worst, best = int(r[0].argmin()), int(r[0].argmax())
-print(f"worst answer (r={REWARDS[worst]}): broken advantage {broken[worst]:+.3f}; "
-      f"best answer (r={REWARDS[best]}): {broken[best]:+.3f}")
 
 # %% [markdown]
 # ## The claims, checked
@@ -385,8 +377,6 @@ record("right_answer_spread_exact", spread_exact)
 record("zero_variance_fraction_measured", zero_measured)
 record("kmeans_sign_disagreement", sign_disagree)
 record("kmeans_binary_max_abs_advantage", binary_bucket_max)
-record("broken_topk_argmax_is_worst", int(broken.argmax()) == worst)
-record("fixed_topk_argmax_is_best", int(table["topk"].argmax()) == best)
 
 # k of G: the formulas with the sample std; a right answer's advantage is largest at k = 1, a wrong one's at k = G-1
 assert formula_gap < 1e-5, f"group advantages differ from (1-p)/s, -p/s by {formula_gap}"
@@ -409,15 +399,13 @@ big = [m for G, m in zip(G_VALUES, spread_measured) if G >= 8]
 assert all(a > b for a, b in pairwise(big)), f"from G=8 on the spread should fall: {big}"
 for G, m, t in zip(G_VALUES, zero_measured, zero_theory):
     assert abs(m - t) < 4 * (t * (1 - t) / N_TRIALS) ** 0.5 + 1e-9, f"G={G}: zero-var fraction {m} vs {t}"
-# the two variants
+# the k-means variant
 assert binary_bucket_max == 0.0 and binary_group_max > 0, "k-means buckets should erase 0/1 rewards"
 assert sign_disagree > 0.05, f"buckets and groups should disagree on some answers ({sign_disagree:.1%})"
-assert int(broken.argmax()) == worst and int(table["topk"].argmax()) == best
 print("claims hold: with the z-score a prompt's total push is G-1 whatever k, and the lone right (wrong) answer's "
       f"advantage reaches {lone_right[0]:.2f} at k=1, the bound (G-1)/sqrt(G); zero-variance groups give 0 (eps-free: NaN); "
       f"the 0/1 std noise matches the exact sum within {TOLERANCE:.0%} and the Gaussian formula overstates it; "
-      f"k-means buckets disagree with prompt groups on {sign_disagree:.0%} of answers and erase 0/1 rewards; "
-      "the broken top-k sign rewards the worst answer")
+      f"k-means buckets disagree with prompt groups on {sign_disagree:.0%} of answers and erase 0/1 rewards")
 
 # %% [markdown]
 # ## Summary
@@ -430,8 +418,8 @@ print("claims hold: with the z-score a prompt's total push is G-1 whatever k, an
 #   z-score written without ε_std gives NaN there.
 # - For 0/1 rewards the noise of the group's std can be computed exactly from Binomial(G, p); the
 #   Gaussian (chi) formula overstates it at every G from 2 to 64.
-# - k-means reward buckets erase 0/1 rewards (every advantage 0), and "top-k minus own reward"
-#   with the wrong sign gives the worst answer the largest advantage.
+# - k-means reward buckets erase 0/1 rewards (every advantage 0) and, with graded rewards, push
+#   some answers against their own group's verdict.
 #
 # ## Questions
 # 1. G = 8 and one answer is right. Predict its `group` advantage and that of each wrong answer.
@@ -486,4 +474,4 @@ print(f"k = {hardest} pushes {push[hardest] / push[1]:.2f} times harder than k =
 
 # %% [markdown]
 # **Next:** [02 · The GRPO loss](02_the_grpo_loss.ipynb): what the clip, the KL term and the
-# aggregation each do to the gradient, and published variants trained side by side.
+# aggregation each do to the gradient.

@@ -22,7 +22,7 @@
 # | `dapo` | DAPO (Yu et al., 2025, arXiv 2503.14476) | clip-higher (ε_high = 0.28 > ε_clip = 0.2), token-level mean |
 # | `gspo` | GSPO (Zheng et al., 2025, arXiv 2507.18071) | one ratio per sequence (the geometric mean of the token ratios), clipped at 3e-4 / 4e-4 |
 #
-# DAPO's dynamic sampling and overlong shaping are left out here: [04](04_curriculum_group_sizes.ipynb)
+# DAPO's dynamic sampling and overlong shaping are left out here: [04b](04b_informative_groups.ipynb)
 # runs dynamic sampling.
 #
 # **What you will learn**

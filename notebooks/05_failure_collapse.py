@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 05 · Failure lab I: collapse, divergence and a sign error
 #
-# **The question.** How does a run collapse, diverge or learn backwards, and how do you tell which from its metrics?
+# **The question.** How do you tell from its metrics whether a run collapsed, diverged or learned backwards?
 #
 # **What you will learn.** How a GRPO run goes wrong when the policy moves too far or the wrong
 # way, how to *see* it on the live dashboard, how `grpo_kit.eval.diagnostics.diagnose` names it from the
@@ -57,7 +57,7 @@ from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, finding_marks,
 from grpo_kit.view import Dashboard, compare_runs, record, smoke_banner
 from IPython.display import Markdown, display
 
-STEPS = {name: (6 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
+STEPS = {name: (3 if SMOKE else None) for name in ("entropy_collapse", "kl_blowup", "sign_error")}
 EVAL_SIZE = 30 if SMOKE else 200
 SEEDS = (SEED,) if SMOKE else (SEED, SEED + 1, SEED + 2)  # section 5 repeats every run on these seeds
 THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
@@ -169,6 +169,21 @@ fig = compare_runs(cousins, keys=("reward", "kl", "completions/mean_length"), sm
 # liked. That order is what `diagnose` reads (`kl_while_reward_fell`) to name a sign
 # error rather than a step that is too large. The fix flips the sign (`topk`: A = r − mean of the
 # top-k), nothing else; section 5 sets it beside the standard estimator (group z-scores).
+#
+# The sign on one group of six graded rewards, both ways (the code is in `grpo_kit.core.advantages`):
+
+# %%
+import torch
+from grpo_kit.core import advantages as A
+
+one_group = torch.tensor([[0.0, 0.3, 0.5, 0.9, 1.0, 0.2]])  # (1, G) rewards
+broken_adv, fixed_adv = A.topk_minus_own_BROKEN_SIGN(one_group)[0], A.topk_baseline(one_group)[0]  # (G,) each
+for name, adv in (("topk_minus_own_BROKEN_SIGN", broken_adv), ("topk", fixed_adv)):
+    print(f"{name:>27}: " + " ".join(f"{v:+.2f}" for v in adv.tolist()))
+worst, best = int(one_group[0].argmin()), int(one_group[0].argmax())
+record("broken_topk_argmax_is_worst", int(broken_adv.argmax()) == worst)
+record("fixed_topk_argmax_is_best", int(fixed_adv.argmax()) == best)
+assert int(broken_adv.argmax()) == worst and int(fixed_adv.argmax()) == best  # the worst answer is pushed up most
 
 # %% [markdown]
 # ## 5. Three seeds, one change at a time
@@ -394,6 +409,9 @@ if not SMOKE:
 # - The sign-flipped top-k advantage trains the model away from its best answers; either right-signed
 #   estimator stops it, and on three seeds neither beats the other. Every verdict above is the 2-SE
 #   rule over seeds, asserted in the full run.
+# - The order `diagnose` reads (which metric moved first) is a rule of thumb, not a proof: on seed 0
+#   each failure's first finding is its own kind (asserted), and the column "first finding per
+#   seed" of section 5 shows where another seed's run was named differently.
 #
 # ## Questions
 # 1. With `num_iterations=8`, ρ = 1 for every token at the first update of a batch. What is it at

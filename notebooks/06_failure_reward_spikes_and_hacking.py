@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 06 · Failure lab II: reward spikes and reward hacking
 #
-# **The question.** Which advantage normalisation amplifies a spiky or noisy judge, and what shows that a judge is being gamed?
+# **The question.** What does a spiky, noisy or gameable judge do to GRPO's advantages and to the run, as its instruments show it?
 #
 # **What you will learn.** Two failures that start in the *judge*, not in the optimiser:
 # 1. **reward spikes**: a judge that now and then pays a huge reward (a bonus that almost never
@@ -46,7 +46,7 @@ from grpo_kit.eval import gap_reading, report
 from grpo_kit.lab import FAILURES, compare_table, dashboard_hook, failures, finding_marks, run_failure
 from grpo_kit.view import Dashboard, compare_runs, record, smoke_banner
 
-SHORT = 6 if SMOKE else None
+SHORT = 3 if SMOKE else None
 EVAL_SIZE = 30 if SMOKE else 200
 THREADS = 1 if SMOKE else THREADS  # smoke runs share the cores with other tests
 smoke_banner(SMOKE)

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 07 · The troubleshooting clinic: does the usual GRPO advice hold?
 #
-# **The question.** Does the advice that circulates for GRPO's symptoms hold when you test it with three seeds, and is the cause it names the one at work?
+# **The question.** Does the advice that circulates for GRPO's symptoms hold, for the reason it gives, when tested on three seeds?
 #
 # A troubleshooting table circulates with GRPO advice. It reads like this:
 #
@@ -268,7 +268,7 @@ clinic["outputs too conservative -> fewer groups or an entropy bonus"] = {
 # %% [markdown]
 # ## Row 3 · "Late-training decline → a replay buffer"
 #
-# **Not tested in this series.** [04](04_curriculum_group_sizes.ipynb) runs replay only as one
+# **Not tested in this series.** [04b](04b_informative_groups.ipynb) runs replay only as one
 # strategy at an equal budget of completions, on runs that do not decline; no notebook provokes a late
 # decline and tries replay against it, because each run of the provoked decline takes 300 steps (six
 # runs would double this notebook's time). The experiment, if you want the answer: for seeds 0, 1
@@ -343,7 +343,10 @@ print(clinic["GPU out of memory -> smaller batch or gradient accumulation"]["ver
 # | | a curriculum | `task_schedule=[[0.0, "add1"], [0.5, "add2"]]` on row 2's symptom |
 #
 # "Train a bigger model", also heard for both symptoms, cannot be tried here: the kit ships one
-# tiny model.
+# tiny model. Three of the symptoms come from earlier notebooks, whose mechanism is explained there
+# and not again here: the learning rate 1e-3 is the KL blow-up of [05](05_failure_collapse.ipynb),
+# the temperature mix and the curriculum are arms of [04b](04b_informative_groups.ipynb) and
+# [04](04_curriculum_group_sizes.ipynb). Here each only serves to test the advice.
 #
 # ### Training does not converge
 #

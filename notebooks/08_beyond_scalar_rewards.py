@@ -161,8 +161,13 @@ print(f"{len(judge_train)} training groups, {len(judge_heldout)} held out ({n_he
 print(f"pairwise agreement: training groups {agree_train:.3f}, held out {agree_heldout:.3f} "
       f"(chance 0.5 +- {chance_band:.3f} at 3 standard errors)")
 beats_chance = agree_heldout > 0.5 + chance_band
+overfit_gap = agree_train - agree_heldout
+overfits = overfit_gap > chance_band  # more than 3 standard errors of the held-out agreement
 print(("it beats a coin on held-out pairs" if beats_chance else "it is NOT distinguishable from a coin on held-out pairs")
-      + f"; training groups minus held out: {agree_train - agree_heldout:+.3f} (a large gap is overfitting)")
+      + f"; training groups minus held out: {overfit_gap:+.3f}, "
+      + ("more than 3 standard errors: it fits its training groups better than new ones (overfitting)" if overfits
+         else "within 3 standard errors: no sign of overfitting"))
+record("judge_overfits", bool(overfits))
 record("judge_heldout_agreement", agree_heldout)
 record("judge_train_agreement", agree_train)
 record("judge_heldout_pairs", n_heldout_pairs)
@@ -231,9 +236,7 @@ record("summary", summary)
 # What the table says, written from the numbers above (rerun with other seeds and it rewrites itself):
 
 # %%
-findings = findings_lines(summary, REFERENCE, {"grpo": "plain GRPO on add2"})
-if SMOKE:
-    findings = "*(SMOKE run: a few steps per run, too short to read anything from.)*\n\n" + findings
+findings = findings_lines(summary, REFERENCE, {"grpo": "plain GRPO on add2"}, smoke=SMOKE)
 display(Markdown(findings))
 record("findings_text", findings)
 

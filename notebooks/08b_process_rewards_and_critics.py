@@ -192,9 +192,7 @@ table = pd.DataFrame(arm_table_rows(summary, vs="vs plain")).set_index("arm")
 table.insert(0, "task", [runs[n, SEEDS[0]].cfg.task for n in table.index])
 display(table)
 record("summary", summary)
-findings = findings_lines(summary, REFERENCE, {"grpo": "plain GRPO on add2", "scratchpad_grpo": "plain GRPO on add2s"})
-if SMOKE:
-    findings = "*(SMOKE run: a few steps per run, too short to read anything from.)*\n\n" + findings
+findings = findings_lines(summary, REFERENCE, {"grpo": "plain GRPO on add2", "scratchpad_grpo": "plain GRPO on add2s"}, smoke=SMOKE)
 display(Markdown(findings))
 record("findings_text", findings)
 

@@ -145,7 +145,8 @@ record("faq_zero_std", {"hard": [m["frac_reward_zero_std"] for m in h_hard],
 # %% [markdown]
 # Other fixes: an easier task or a curriculum, more completions per group (a larger G makes an
 # all-wrong group rarer), or dynamic sampling (`dynamic_sampling=True` drops all-equal groups).
-# Taught in [04 · Curriculum group sizes](04_curriculum_group_sizes.ipynb).
+# Taught in [04 · Curriculum group sizes](04_curriculum_group_sizes.ipynb) and
+# [04b · Keeping groups informative](04b_informative_groups.ipynb).
 #
 # ## 4. "Every completion is truncated at the max length."
 #
@@ -232,6 +233,25 @@ record("faq_entropy", {"first": ent[0], "last": ent[-1], "first_finding": collap
 # The fix measured in the lab: one update per batch and a decaying learning rate. Taught in
 # [05 · Failure lab I](05_failure_collapse.ipynb).
 #
+# **Entropy that explodes** is the other direction: the policy spreads its probability over more
+# and more tokens, moving away from what the base model wrote (the KL to the reference climbs with
+# it) and its answers degrade. The lab's saved run with a learning rate of 1e-3, constant, and no
+# KL term shows it:
+
+# %%
+blowup = saved("kl_blowup")
+blowup_ent = [v for _, v in series(blowup, "entropy")]
+blowup_kl = [v for _, v in series(blowup, "kl")]
+blowup_findings = diagnose(blowup)
+print(f"entropy: first step {blowup_ent[0]:.3f}, highest {max(blowup_ent):.3f}; KL: highest {max(blowup_kl):.2f}")
+print(report(blowup_findings))
+assert max(blowup_ent) > 1.3 * blowup_ent[0] and blowup_findings[0].kind == "kl_blowup"
+record("faq_entropy_explodes", {"first": blowup_ent[0], "max": max(blowup_ent), "first_finding": blowup_findings[0].kind})
+
+# %% [markdown]
+# `diagnose` names the cause, not the symptom: the KL blow-up. The fix measured in the lab is the
+# default learning rate with a decay and a KL penalty (05).
+#
 # ## 8. "Late gibberish and grad-norm spikes."
 #
 # Two saved runs. A judge that rarely pays a jackpot of 200, with no reward scaling and gradient
@@ -254,7 +274,8 @@ record("faq_late", {"grad_explosion": spike_findings[0].kind, "late_decline": la
 # spikes; a decaying learning rate for the late decline. The spikes, and what group scaling does to
 # a jackpot, are taught in [06 · Failure lab II](06_failure_reward_spikes_and_hacking.ipynb); the
 # cosine decay is measured as a fix in [05 · Failure lab I](05_failure_collapse.ipynb). The late
-# decline itself has no notebook of its own: the two findings above are all the series shows of it,
+# decline is what "late gibberish" looks like in the metrics: held-out accuracy falls late while the
+# run goes on. It has no notebook of its own: the two findings above are all the series shows of it,
 # and the replay buffer often advised for it is not tested here ([07](07_troubleshooting_clinic.ipynb),
 # row 3, gives the experiment).
 #

@@ -71,7 +71,7 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
 
 def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, epsilon: float = 0.2,
                       epsilon_high: float | None = None, delta: float | None = None) -> torch.Tensor:
-    """-min(r A, clip(r, 1-eps, 1+eps_high) A): ratio (B, T) or (B, 1), adv (B,) -> same shape as ratio."""
+    """-min(ρ A, clip(ρ, 1-eps, 1+eps_high) A): the ratio ρ (B, T) or (B, 1), adv (B,) -> same shape as ratio."""
     eps_high = epsilon if epsilon_high is None else epsilon_high
     a = adv.unsqueeze(-1) if adv.dim() == 1 else adv  # (B, 1), or (B, T) per-token advantages
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)

@@ -91,11 +91,15 @@ def arm_summary(final: dict, base: dict, reference: dict) -> dict:
     return rows
 
 
-def findings_lines(rows: dict, reference: dict, what: dict | None = None) -> str:
+SMOKE_NOTE = "*(SMOKE run: a few steps per run, too short to read anything from.)*"
+
+
+def findings_lines(rows: dict, reference: dict, what: dict | None = None, smoke: bool = False) -> str:
     """The table of :func:`arm_summary` in words, one markdown bullet per arm, written from its numbers:
     whether the arm learns, and its verdict against its reference arm (``what`` names a reference arm
-    in words, e.g. {"grpo": "plain GRPO on add2"})."""
-    lines = []
+    in words, e.g. {"grpo": "plain GRPO on add2"}). ``smoke``: a notebook's smoke run, said first
+    (:data:`SMOKE_NOTE`), so nobody reads its verdicts as results."""
+    lines = [SMOKE_NOTE, ""] if smoke else []
     for arm, row in rows.items():
         ref = reference[arm]
         learn = (f"learns ({row['base_mean']:.1%} -> {row['final_mean']:.1%})" if row["learns"]

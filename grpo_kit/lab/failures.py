@@ -265,9 +265,11 @@ def dashboard_hook(dash, variant: str) -> Callable[[dict], None]:
 def compare_table(runs: list[FailureRun], keys=("reward", "completions/distinct_frac", "entropy", "kl"),
                   last: int = 20) -> str:
     """A text table: each run's held-out accuracy (start -> end), the mean of ``keys`` over its last
-    ``last`` steps, and its findings (kind@step)."""
+    ``last`` steps, and its findings (kind@step). The line under the header says which columns are
+    such means (a column named ``max_abs`` is the mean of a per-step maximum, not a maximum)."""
     head = f"{'run':<34}{'accuracy':>16}" + "".join(f"{k.split('/')[-1][:12]:>14}" for k in keys) + "  findings"
-    rows = [head]
+    note = f"{'':<34}{'start -> end':>16}" + f"  (each later column: the mean over the last {last} steps of {', '.join(keys)})"
+    rows = [head, note]
     for r in runs:
         vals = [r.tail_mean(k, last) for k in keys]
         acc = f"{r.run.evals[0][1]:.1%} -> {r.run.evals[-1][1]:.1%}"

@@ -120,6 +120,22 @@ def as_rollouts(entries: list[dict], pad_id: int, device) -> tuple[Rollouts, tor
     return ro, adv.to(device), logp.to(device)
 
 
+def rescore(policy, entries: list[dict], cfg, pad_id: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor,
+                                                                               torch.Tensor]:
+    """Stored groups scored again under ``policy``, as :func:`mix` scores a replayed batch: (log-probs
+    under ``policy`` (k*G, Tc), the behaviour log-probs the buffer stored (k*G, Tc), the completion mask
+    (k*G, Tc) as floats). Under the policy that sampled the groups the first two agree up to float
+    rounding; ``exp`` of their difference is the importance ratio the loss uses."""
+    from grpo_kit.loop.step import batch_logprobs, micro_slices, run_autocast, scoring
+    from grpo_kit.model.sampling import row_temperatures
+
+    ro, _, stored = as_rollouts(entries, pad_id, device)
+    temps = row_temperatures(cfg.temperature, ro.num_prompts, ro.num_generations, device).unsqueeze(-1)  # (B, 1, 1)
+    now = batch_logprobs(policy, ro, temps, micro_slices(ro.completion_ids.shape[0], cfg.micro_batch_size),
+                         run_autocast(cfg, device), **scoring(cfg))  # (B, Tc)
+    return now, stored, ro.completion_mask.float()
+
+
 # ---------------------------------------------------------------- what train.py calls
 
 def take_for_step(buf: ReplayBuffer | None, cfg, step: int) -> list[dict]:

@@ -74,6 +74,8 @@ def test_findings_lines_name_the_verdict():
     assert findings_lines(rows, {"ref": "ref", "up": "ref"}).splitlines()[1] == (
         "- **up** learns (40.0% -> 90.0%); it is **better** than ref by 30.0% "
         "(more than twice the standard error over seeds).")
+    smoke = findings_lines(rows, {"ref": "ref", "up": "ref"}, smoke=True).splitlines()
+    assert smoke[0].startswith("*(SMOKE run") and smoke[1] == "" and smoke[3].startswith("- **up** learns")
 
 
 def test_arm_table_rows_print_the_summary():

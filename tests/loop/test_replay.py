@@ -108,3 +108,29 @@ def test_replay_run_mixes_groups_and_resumes_exactly(tiny, small_cfg, tmp_path):
     rest = list(train(cfg, resumed))
     assert [m["loss"] for m in rest] == [m["loss"] for m in hist[3:]]
     assert all(torch.equal(a, b) for a, b in zip(straight.policy.parameters(), resumed.policy.parameters()))
+
+
+def test_rescore_gives_back_the_stored_log_probs_under_the_sampler_only(tiny, small_cfg):
+    """The groups a step stores carry the log-probs of the policy that sampled them: rescoring them under a
+    copy of that policy gives them back (float32 rounding of a differently padded batch: 1e-4), and under
+    the policy after the step's update they differ (the importance ratio is not 1)."""
+    from grpo_kit.loop.replay import rescore
+    from grpo_kit.loop.train import setup, train
+
+    policy, tok = tiny
+    cfg = small_cfg.replace(steps=4, replay_fraction=0.5, replay_max_age=3, lr_schedule="constant", log_kl=False,
+                            checkpoint_every=0, eval_every=0)
+    run = setup(cfg, policy=copy.deepcopy(policy), tokenizer=tok)
+    sampler = {1: copy.deepcopy(run.policy)}  # step -> the policy that sampled that step's groups
+    seen = {}  # every group the buffer held at the end of some step (replayed groups leave it)
+    for m in train(cfg, run):
+        sampler[m["step"] + 1] = copy.deepcopy(run.policy)
+        seen.update({id(e): e for e in run.steer.replay.groups})
+    stored = list(seen.values())
+    assert stored and all(1 <= e["step"] <= cfg.steps for e in stored)
+    for e in stored:
+        then, logp, mask = rescore(sampler[e["step"]], [e], cfg, tok.pad_token_id)
+        now, logp2, _ = rescore(run.policy, [e], cfg, tok.pad_token_id)
+        assert torch.equal(logp, logp2) and then.shape == logp.shape == mask.shape
+        assert ((then - logp).abs() * mask).max() < 1e-4
+        assert ((now - logp).abs() * mask).max() > 1e-3  # every stored group's step was followed by its update

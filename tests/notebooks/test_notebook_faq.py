@@ -21,6 +21,8 @@ def _check(values):
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0]
     assert values["faq_batch"]["batch_size"] == 64 and values["faq_batch"]["refused"]
     assert values["faq_entropy"]["first_finding"] == "entropy_collapse"
+    assert values["faq_entropy_explodes"]["first_finding"] == "kl_blowup"
+    assert values["faq_entropy_explodes"]["max"] > 1.3 * values["faq_entropy_explodes"]["first"]
     assert values["faq_late"]["grad_explosion"] == "grad_explosion" and values["faq_late"]["late_decline"] == "late_decline"
     assert values["faq_nan"] == {"skipped": 1.0, "unchanged": True}
     assert values["faq_resume"]["identical"]

@@ -19,6 +19,7 @@ def test_collapse_notebook_smoke(tmp_path):
 
 def smoke_check_collapse(values):
     lab = values["collapse_lab"]
+    assert values["broken_topk_argmax_is_worst"] is True and values["fixed_topk_argmax_is_best"] is True
     assert set(lab) == {"entropy_collapse", "entropy_collapse + fix", "kl_blowup", "kl_blowup + fix", "sign_error",
                         "sign_error + fix"}
 
