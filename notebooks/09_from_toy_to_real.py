@@ -31,8 +31,8 @@
 #
 # **How long it takes**: about 3 minutes with the default parameters (two 300-step runs and the
 # memory measurements; measured headless on 2 quiet CPU cores, 7 to 9 minutes when other work
-# shared them), about 25 s with `SMOKE = True` (measured on 2026-12-07 with `pytest -m headless`
-# while other work shared the 2 cores).
+# shared them), about 15 s with `SMOKE = True` (14 s measured on 2026-12-07 with `pytest -m headless`,
+# 25 s while other work shared the 2 cores).
 #
 # ## Three parameters
 #

@@ -28,8 +28,8 @@
 #
 # **Time**: with the default parameters a 60-step LoRA run (26 s on one thread, measured on
 # 2026-12-07 with this notebook's config in a script, on 2 shared CPU cores), 2 steps with TRL's
-# trainer and a few seconds of estimates; about 30 s with `SMOKE = True` (measured on 2026-12-07
-# with `pytest -m headless` while other work shared the 2 cores).
+# trainer and a few seconds of estimates; about 15 s with `SMOKE = True` (12 s measured on 2026-12-07
+# with `pytest -m headless`, 30 s while other work shared the 2 cores).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a 4-step LoRA run and no TRL run; the estimates
@@ -189,6 +189,7 @@ plt.show()
 # %%
 dash = Dashboard(total_steps=cfg.steps, title=f"LoRA r={LORA_R} on {cfg.model}: the run to export")
 lora_run = setup(cfg)
+WORK.mkdir(exist_ok=True)                                             # the last cell removes it
 lora_run_dir = Path(tempfile.mkdtemp(dir=WORK, prefix="lora-run-"))  # a new folder each time the cell runs
 for m in train(cfg, lora_run, out_dir=lora_run_dir, should_stop=dash.should_stop):
     dash.update(m, variant="LoRA", run=lora_run)
