@@ -188,7 +188,8 @@ assert fits[8] == 128 and all(a >= b for a, b in itertools.pairwise(sizes)) and 
 record("faq_memory", {str(L): b for L, b in fits.items()})
 
 # %% [markdown]
-# Taught in [09 · From the toy to a real model](09_from_toy_to_real.ipynb).
+# Taught in [09b · Graduating: memory, export and the big engines](09b_memory_export_and_engines.ipynb)
+# (what LoRA shrinks, and what it cannot, in [09](09_from_toy_to_real.ipynb)).
 #
 # ## 6. "Batch size vs number of generations?"
 #
