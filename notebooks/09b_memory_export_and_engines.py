@@ -279,9 +279,9 @@ verl_args = verl_overrides(cfg)
 display(Markdown(md_table(trl_args, "trl.GRPOConfig argument", "value")))
 print("peft_config (TRL's GRPOTrainer(peft_config=...)):", peft_config(cfg.lora))
 display(Markdown(md_table(verl_args, "verl override", "value")))
-if not any("lora" in k for k in verl_args):
-    print(f"verl_overrides() carries no LoRA setting: with verl add actor_rollout_ref.model.lora_rank={LORA['r']} "
-          f"actor_rollout_ref.model.lora_alpha={LORA['alpha']} (its target_modules default is all linear layers)")
+lora_keys = {k: v for k, v in verl_args.items() if "lora" in k}
+print("the LoRA settings verl gets:", lora_keys)
+assert lora_keys, "verl_overrides() dropped the run's LoRA adapters"
 
 # %% [markdown]
 # ### Many GPUs: `accelerate launch`
