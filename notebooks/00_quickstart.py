@@ -59,7 +59,7 @@ import torch
 from grpo_kit import GRPOConfig, load_model, setup, train
 from grpo_kit.core import aggregate, compute_advantages, grpo_per_token_loss
 from grpo_kit.data import heldout_split
-from grpo_kit.eval import columns_of, greedy_accuracy
+from grpo_kit.eval import columns_of, diagnose, greedy_accuracy
 from grpo_kit.model import completion_logprobs, sample_groups
 from grpo_kit.rewards import exact_answer, score
 from grpo_kit.view import Dashboard, record, smoke_banner
@@ -326,6 +326,7 @@ record("adamw_median_move_over_lr", median_move)
 record("base_accuracy", base_acc)
 record("final_accuracy", after_acc)
 record("steps", run.step)
+record("findings", [f.kind for f in diagnose(run.history, cfg)])  # what the instruments report on this healthy run
 assert grad_gap < 1e-6, f"the loss equation and the kit's loss have different gradients (gap {grad_gap})"
 assert min(ratios) > 1, f"a small gradient step should raise every rewarded completion: ratios {ratios}"
 assert abs(median_move - 1) < 0.01 and frac_moved_lr > 0.5, (

@@ -52,7 +52,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig
-from grpo_kit.eval import gap_reading
+from grpo_kit.eval import diagnose, gap_reading
 from grpo_kit.lab import train_arms
 from grpo_kit.view import Dashboard, record, smoke_banner, smooth
 
@@ -110,6 +110,9 @@ compare_dash.close()
 for (short, seed), run in compare.items():
     print(f"{short:<8} seed {seed}  clipped tokens (last 30 steps) {run.tail_mean('clip_ratio/region_mean', 30):.3f}")
 compare_seconds = time.time() - t_all
+# what diagnose reports on each healthy run (nothing, we expect: a finding here would be a false alarm)
+record("variant_findings", {f"{short} seed {seed}": [f.kind for f in diagnose(run.history, run.cfg)]
+                             for (short, seed), run in compare.items()})
 print(f"\nall {len(compare)} runs: {compare_seconds:.0f} s")
 
 # %% [markdown]

@@ -115,7 +115,7 @@ def test_held_out_fix_reports_nothing(name):
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [1, 2])  # seed 0: notebook 00's full run asserts the same of its run
 def test_full_demo_seeds_stay_quiet(seed):
     from grpo_kit import GRPOConfig, setup, train
 
@@ -126,16 +126,8 @@ def test_full_demo_seeds_stay_quiet(seed):
     assert diagnose(run.history, cfg) == [] and run.findings == []
 
 
-@pytest.mark.full
-@pytest.mark.parametrize("variant", ["grpo", "dr_grpo", "dapo", "gspo"])
-def test_full_notebook_02_variants_stay_quiet(variant):
-    import sys
-
-    sys.path.insert(0, str(DATA.parent.parent / "tools"))
-    from diag_fixtures import history_of
-
-    h = history_of(f"healthy_nb02_{variant}")
-    assert diagnose(h) == []
+# The published variants stay quiet on fresh runs: notebook 02b's full run asserts that diagnose reports
+# nothing on any of its 12 runs (4 variants x 3 seeds); the saved healthy_nb02_* histories are checked above.
 
 
 # notebook 05's full run asserts the same of these three at seed 0 (and reads them on three seeds)

@@ -48,6 +48,7 @@ def test_quickstart_full(tmp_path):
     check_by_hand_step(v)
     assert v["steps"] == 500
     assert v["final_accuracy"] - v["base_accuracy"] >= 0.25
+    assert v["findings"] == []  # the demo's config at seed 0 stays quiet (tests/lab: seeds 1 and 2)
 
 
 # ------------------------------------------------------------------ 01 group normalisation
@@ -120,6 +121,8 @@ def test_published_variants_full(tmp_path):
     for name, row in v["variant_summary"].items():
         assert len(row["per_seed"]) == 3 and row["min"] > base, (name, row, base)
     assert max(v["variant_summary"], key=lambda s: v["variant_summary"][s]["clipped"]) == "gspo"
+    # every healthy variant run is quiet: diagnose reports nothing on any of the 12 (no false alarm)
+    assert all(kinds == [] for kinds in v["variant_findings"].values()), v["variant_findings"]
 
 
 # ------------------------------------------------------------------ 03 judges and preferences
