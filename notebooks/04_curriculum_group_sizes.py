@@ -24,8 +24,8 @@
 # Three more ways to keep groups informative (DAPO's dynamic sampling, a replay buffer, a mix of
 # temperatures in a group) are the subject of [04b](04b_informative_groups.ipynb).
 #
-# **Time**: about 6 minutes with the full parameters (6.1 min measured on 2026-12-07 with `pytest -m
-# full` while other jobs shared the 2 CPU cores; 30 training runs of 8192 completions each; the claims
+# **Time**: about 3.5 minutes with the full parameters (3.4 min measured on 2026-12-07 with `pytest -m
+# full` on 2 CPU cores that other jobs shared; 30 training runs of 8192 completions each; the claims
 # cell prints the wall time); `SMOKE=True` runs every cell in about 25 s.
 
 # %% tags=["parameters"]
@@ -348,8 +348,9 @@ print("no clear gain over fixed G = 8:", ", ".join(not_helped) or "none")
 # %% [markdown]
 # ### What a large group costs
 #
-# At a fixed B every strategy generates the same completions per step, so a step of G = 64 does
-# about the work of a step of G = 8. What it buys is fewer prompts: P = B/G, 2 prompts per step at
+# At a fixed B every strategy generates the same completions per step, so a step of G = 64 costs no
+# more than a step of G = 8 (the step-time column below; on the tiny model it was a little cheaper).
+# What it buys is fewer prompts: P = B/G, 2 prompts per step at
 # G = 64, 128 over the whole budget against 1024 at G = 8. Recipes that recommend G = 32 or 64
 # usually keep the prompts per step and pay for it in completions: the last column is B = P·G at
 # P = 16, what one step then costs.
@@ -474,7 +475,7 @@ print(inspect.getsource(schedules.adapt_group_size))
 # - A group-size schedule, adaptive G, a difficulty curriculum and a reward curriculum are each one
 #   config field; `schedules.preview` shows a schedule's G and P before anything runs, and a bad
 #   entry raises a `ConfigError` that names it.
-# - At a fixed B a step of G = 64 costs what a step of G = 8 costs, but sees 8 times fewer prompts;
+# - At a fixed B a step of G = 64 costs no more than a step of G = 8, but sees 8 times fewer prompts;
 #   keeping 16 prompts per step at G = 64 costs 1024 completions per step.
 # - The answer to the question, at this budget: no. The findings above are written from your run; in
 #   the full run we measured (2026-12-07, `pytest -m full`) no strategy beat fixed G = 8 by more than

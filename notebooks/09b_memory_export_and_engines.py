@@ -26,10 +26,10 @@
 # - the same config as TRL's `GRPOConfig` arguments and verl's overrides, the `accelerate launch`
 #   command for many GPUs, and 2 steps with TRL's trainer.
 #
-# **Time**: with the default parameters a 60-step LoRA run (26 s on one thread, measured on
-# 2026-12-07 with this notebook's config in a script, on 2 shared CPU cores), 2 steps with TRL's
-# trainer and a few seconds of estimates; about 15 s with `SMOKE = True` (12 s measured on 2026-12-07
-# with `pytest -m headless`, 30 s while other work shared the 2 cores).
+# **Time**: about half a minute with the default parameters (a 60-step LoRA run, 2 steps with TRL's
+# trainer and a few seconds of estimates: 0.4 min measured on 2026-12-07 with `pytest -m full` on 2
+# shared CPU cores); about 15 s with `SMOKE = True` (12 s measured on 2026-12-07 with
+# `pytest -m headless`, 30 s while other work shared the 2 cores).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these). SMOKE=True: a 4-step LoRA run and no TRL run; the estimates
