@@ -202,6 +202,29 @@ def clear_stop() -> None:
     _stop["at"] = None
 
 
+def _wait(done: threading.Event, what: str, timeout_s: float | None) -> bool:
+    """Wait for ``done`` in slices, so a stop request is seen: True once it is set, False when
+    ``timeout_s`` seconds passed first (None: no limit). :class:`StopRequested` when a stop request
+    (:func:`request_stop`) came and :data:`REWARD_STOP_GRACE_S` seconds passed since it (or since the start)."""
+    start = time.monotonic()
+    while not done.is_set():
+        now, asked = time.monotonic(), _stop["at"]
+        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
+            raise StopRequested(f"{what} was still running {REWARD_STOP_GRACE_S:g} s after the stop request; "
+                                f"the step was given up (its thread is left running)")
+        if timeout_s is not None and now >= start + timeout_s:
+            return False
+        done.wait(0.1 if timeout_s is None else min(0.1, start + timeout_s - now))
+    return True
+
+
+def _timeout_error(f: RewardFunc, timeout_s: float, prompts, completions, fate: str) -> RewardError:
+    """The error of a reward function that did not return within ``timeout_s``; ``fate`` says what became of it."""
+    return RewardError(f"reward function {func_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+                       f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
+                       f"make it faster or raise reward_timeout_s ({fate})")
+
+
 def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: float | None):
     """``f(prompts=..., completions=..., **columns)``; inline when ``timeout_s`` is None.
 
@@ -218,31 +241,28 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
     """
     if timeout_s is None:
         return f(prompts=prompts, completions=completions, **columns)
-    box: dict = {}
+    box, done = {}, threading.Event()
 
     def target():
         try:
             box["out"] = f(prompts=prompts, completions=completions, **columns)
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread
             box["err"] = e
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=target, name=f"reward-{func_name(f)}", daemon=True)
-    start = time.monotonic()
-    worker.start()
-    while worker.is_alive():  # in slices, so a stop request is seen while waiting
-        now, asked = time.monotonic(), _stop["at"]
-        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
-            raise StopRequested(f"reward function {func_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
-                                f"the stop request; the step was given up (its thread is left running)")
-        if now >= start + timeout_s:
-            raise RewardError(f"reward function {func_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
-                              f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
-                              f"make it faster or raise reward_timeout_s (its thread is left running in the "
-                              f"background)")
-        worker.join(min(0.1, start + timeout_s - now))
+    threading.Thread(target=target, name=f"reward-{func_name(f)}", daemon=True).start()
+    if not _wait(done, f"reward function {func_name(f)!r}", timeout_s):
+        raise _timeout_error(f, timeout_s, prompts, completions, "its thread is left running in the background")
     if "err" in box:
         raise box["err"]
     return box["out"]
+
+
+def _own_inputs(prompts, completions, columns: dict) -> tuple[list, list, dict]:
+    """One judge's prompts, completions and columns, with its own copies of the lists (see :func:`_own_copy`)."""
+    return _own_copy(prompts), _own_copy(completions), {c: _own_copy(v) if isinstance(v, list) else v
+                                                        for c, v in columns.items()}
 
 
 def _own_copy(values, depth: int = 2):
@@ -282,9 +302,7 @@ def _run_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list
 
     for k, f in enumerate(funcs):
         try:  # each function gets its own copies of the lists: what it edits, no one else sees
-            vals = call_with_timeout(f, _own_copy(prompts), _own_copy(completions),
-                                     {c: _own_copy(v) if isinstance(v, list) else v for c, v in columns.items()},
-                                     timeout_s)
+            vals = call_with_timeout(f, *_own_inputs(prompts, completions, columns), timeout_s)
         except RewardError as e:  # timed out, or the function's own RewardError
             fail(str(e), slice(None))
             continue
