@@ -908,12 +908,21 @@ def _text(x) -> str:
 
 def text_view(f: RewardFunc) -> RewardFunc:
     """A judge that reads text, also taking TRL's conversational format: message lists are read as
-    their last message's content; strings pass through (``functools.wraps`` keeps its name)."""
-    import functools
+    their last message's content; strings pass through (``functools.wraps`` keeps its name). An async
+    ``f`` gives an async judge."""
+    def texts(prompts, completions) -> dict:
+        return {"prompts": [_text(p) for p in prompts], "completions": [_text(c) for c in completions]}
+
+    if is_async_callable(f):
+        @functools.wraps(f)
+        async def judge_text_async(prompts, completions, **kwargs):
+            return await f(**texts(prompts, completions), **kwargs)
+
+        return judge_text_async
 
     @functools.wraps(f)
     def judge_text(prompts, completions, **kwargs):
-        return f(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
+        return f(**texts(prompts, completions), **kwargs)
 
     return judge_text
 
@@ -935,15 +944,22 @@ def from_trl(func: RewardFunc, tokenizer=None, conversational: bool = False) -> 
     keyword arguments, so it needs no adapter): on plain text and columns, this adds
     ``completion_ids`` (tokenised with ``tokenizer``, when given) and ``trainer_state=None``. With
     ``conversational=True`` completions are sent as ``[{"role": "assistant", "content": text}]``
-    (what TRL's ``accuracy_reward`` reads).
+    (what TRL's ``accuracy_reward`` reads). An async ``func`` gives an async judge.
     """
-    def kit_judge(prompts, completions, **columns):
-        extra = {"trainer_state": None}
+    def trl_args(completions) -> dict:
+        extra = {"completions": completions, "trainer_state": None}
         if tokenizer is not None:
             extra["completion_ids"] = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
         if conversational:
-            completions = [[{"role": "assistant", "content": c}] for c in completions]
-        return func(prompts=prompts, completions=completions, **extra, **columns)
+            extra["completions"] = [[{"role": "assistant", "content": c}] for c in completions]
+        return extra
+
+    if is_async_callable(func):
+        async def kit_judge(prompts, completions, **columns):
+            return await func(prompts=prompts, **trl_args(completions), **columns)
+    else:
+        def kit_judge(prompts, completions, **columns):
+            return func(prompts=prompts, **trl_args(completions), **columns)
 
     kit_judge.__name__ = func_name(func)
     return kit_judge

@@ -9,7 +9,8 @@ import pytest
 from grpo_kit.errors import RewardError
 from grpo_kit.loop.train import train
 from grpo_kit.rewards import judges
-from grpo_kit.rewards.judges import is_async_callable, score
+from grpo_kit.rewards.judges import from_trl, is_async_callable, score, to_trl
+from grpo_kit.rewards.resolve import resolve_reward_func
 
 
 def _args(n):
@@ -177,6 +178,37 @@ def test_async_is_recognised_as_trl_recognises_it(f):
     assert is_async_callable(f) == trls(f)
     if f is not len:
         assert score([f], *_args(2), timeout_s=5).rewards.tolist() == [1.0, 1.0]
+
+
+def test_async_functions_by_import_path_and_from_the_registry(tmp_path, monkeypatch):
+    (tmp_path / "async_judges_27.py").write_text(
+        "import asyncio\n\n"
+        "async def length(prompts, completions, **kw):\n"
+        "    await asyncio.sleep(0)\n"
+        "    return [float(len(c)) for c in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    by_path = resolve_reward_func("async_judges_27:length")
+    monkeypatch.setitem(judges.REWARD_FUNCS, "async_length", by_path)
+    registered = resolve_reward_func("async_length")  # text_view: also reads conversational completions
+    assert is_async_callable(by_path) and is_async_callable(registered) and registered.__name__ == "length"
+    chat = [[{"role": "assistant", "content": "abc"}], [{"role": "assistant", "content": "de"}]]
+    assert score([by_path, registered], ["p", "q"], ["abc", "de"], {}).per_func.tolist() == [[3.0, 3.0], [2.0, 2.0]]
+    assert score([registered], ["p", "q"], chat, {}).rewards.tolist() == [3.0, 2.0]
+
+
+def test_trl_adapters_keep_a_function_async():
+    seen = []
+
+    async def trl_style(prompts, completions, trainer_state, **kw):
+        seen.append((completions, trainer_state))
+        return [1.0] * len(completions)
+    kit = from_trl(trl_style, conversational=True)
+    assert is_async_callable(kit) and is_async_callable(to_trl(trl_style))
+    assert score([kit], ["p"], ["c"], {}).rewards.tolist() == [1.0]
+    assert seen == [([[{"role": "assistant", "content": "c"}]], None)]
+    msgs = [[{"role": "assistant", "content": "x"}]]
+    assert asyncio.run(to_trl(trl_style)(prompts=["p"], completions=msgs, trainer_state=None)) == [1.0]
+    assert seen[-1] == (["x"], None)
 
 
 def test_two_training_steps_with_an_async_reward_function(small_cfg, tmp_path, monkeypatch):
