@@ -358,6 +358,15 @@ def await_together(calls: Sequence[tuple[RewardFunc, dict]], timeout_s: float | 
             for k, (f, kw) in enumerate(calls)]
 
 
+def call_reward(f: RewardFunc, **kwargs):
+    """``f(**kwargs)``, an async ``f`` awaited on the kit's event loop without a time limit: for the callers
+    that time a call themselves (the judge server) or call one function on one completion (verl's
+    ``compute_score``). :func:`score` is the way to score a batch."""
+    if not is_async_callable(f):
+        return f(**kwargs)
+    return _result(await_together([(f, kwargs)], None)[0])
+
+
 def _own_inputs(prompts, completions, columns: dict) -> tuple[list, list, dict]:
     """One judge's prompts, completions and columns, with its own copies of the lists (see :func:`_own_copy`)."""
     return _own_copy(prompts), _own_copy(completions), {c: _own_copy(v) if isinstance(v, list) else v
