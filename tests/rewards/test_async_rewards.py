@@ -85,6 +85,22 @@ def test_an_async_function_that_blocks_its_loop_is_given_up_and_the_next_step_wo
     assert score([slow_judge(3.0)], *_args(2), timeout_s=0.8).rewards.tolist() == [3.0, 3.0]  # a new loop
 
 
+def test_a_stop_request_gives_a_running_async_call_the_grace_period_then_gives_it_up(monkeypatch):
+    monkeypatch.setattr(judges, "REWARD_STOP_GRACE_S", 0.3)
+
+    async def hangs(prompts, completions, **kw):
+        await asyncio.sleep(30)
+    try:
+        judges.request_stop()  # what train()'s handler of SIGTERM, Ctrl-C or SIGHUP does
+        t0 = time.monotonic()
+        with pytest.raises(judges.StopRequested, match="functions 'hangs'\\) was still running 0.3 s after the stop"):
+            score([hangs], *_args(2), policy="zero", timeout_s=60)  # not a bad value: the step ends
+        assert time.monotonic() - t0 < 5
+    finally:
+        judges.clear_stop()
+    assert score([quick_judge(1.0)], *_args(2), timeout_s=5).rewards.tolist() == [1.0, 1.0]
+
+
 def _raises(error):
     def broken(prompts, completions, **kw):
         raise error
