@@ -12,8 +12,8 @@ function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL
 included (``tests/rewards/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
 cannot score. A function defined with ``async def`` (an LLM judge behind an HTTP API) is awaited, as TRL
 awaits it: the async functions of a step run together on the kit's event loop (see :func:`await_together`),
-so two slow judges take the time of one. In a config, ``reward_funcs`` names shipped functions, or importable ones as
-``"package.module:function"``, or a factory with arguments as ``{"function":
+so two slow judges take the time of one. In a config, ``reward_funcs`` names shipped functions, or
+importable ones as ``"package.module:function"``, or a factory with arguments as ``{"function":
 "trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as
 ``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (``resolve.resolve_reward_func``
 turns each into a function).
