@@ -397,9 +397,9 @@ class GRPOConfig:
     """A reward that raises or is NaN/inf: 'raise' a RewardError, 'skip' the sample (advantage 0, masked
     from the loss) or 'zero' it (that function's reward becomes 0); counted in ``rewards/bad_samples``."""
     reward_timeout_s: float | None = real(60.0, "> 0", lambda v: v > 0, optional=True)
-    """Seconds a reward function may take per batch (it runs in a worker thread); a function that takes
-    longer is a bad value for the whole batch, handled by ``reward_error_policy`` ('raise': a RewardError
-    naming it). 60 s is far above what a rule-based judge or a small learned judge needs for a batch, and
+    """Seconds a reward function may take per batch (it runs in a worker thread; an ``async def`` one on the
+    kit's event loop, where it is cancelled when it runs over); a function that takes longer is a bad value for
+    the whole batch, handled by ``reward_error_policy`` ('raise': a RewardError naming it). 60 s is far above what a rule-based judge or a small learned judge needs for a batch, and
     ends a hung one (a stuck network call, a deadlock) instead of training never moving on. While a reward
     call runs, one SIGTERM / Ctrl-C / SIGHUP ends the run within ``judges.REWARD_STOP_GRACE_S`` (5 s),
     keeping the last finished step. None runs the function inline without a limit (then only a second

@@ -32,6 +32,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rewa
                   **kwargs) -> float:
     """The weighted sum of the kit reward functions ``reward_funcs`` (default ``["math_answer"]``) on one
     completion ``solution_str`` whose reference answer is ``ground_truth``."""
+    from grpo_kit.rewards.judges import call_reward
     from grpo_kit.rewards.resolve import get_reward_funcs
 
     funcs = get_reward_funcs(list(reward_funcs or ["math_answer"]))
@@ -40,7 +41,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rewa
     columns["answer"] = [str(ground_truth)]
     total = 0.0
     for f, w in zip(funcs, weights):
-        value = f(prompts=[""], completions=[solution_str], **columns)[0]
+        value = call_reward(f, prompts=[""], completions=[solution_str], **columns)[0]  # an async f awaited
         if value is not None and not math.isnan(float(value)):
             total += float(w) * float(value)
     return total

@@ -10,8 +10,10 @@ column but ``prompt`` as a list of B values (``answer=[...]``), ``trainer_state`
 ``log_extra(column, values)`` and ``log_metric(name, value)`` (see :class:`RewardLog`). So a
 function written for ``GRPOTrainer(reward_funcs=...)`` works here unchanged, TRL's shipped ones
 included (``tests/rewards/test_trl_rewards.py``), and vice versa. Return ``None`` for a sample the function
-cannot score. In a config, ``reward_funcs`` names shipped functions, or importable ones as
-``"package.module:function"``, or a factory with arguments as ``{"function":
+cannot score. A function defined with ``async def`` (an LLM judge behind an HTTP API) is awaited, as TRL
+awaits it: the async functions of a step run together on the kit's event loop (see :func:`await_together`),
+so two slow judges take the time of one. In a config, ``reward_funcs`` names shipped functions, or
+importable ones as ``"package.module:function"``, or a factory with arguments as ``{"function":
 "trl.rewards:get_soft_overlong_punishment", "args": {...}}``, or a saved learned judge as
 ``"learned:DIR"``, or a judge served over HTTP as ``"remote:URL"`` (``resolve.resolve_reward_func``
 turns each into a function).
@@ -27,10 +29,13 @@ returns, and combines them with weights into a (B,) reward tensor. By default an
 :class:`RewardError` naming the function and the sample; ``policy`` applies
 ``GRPOConfig.reward_error_policy`` instead ('skip' the sample, or 'zero' the value) and
 ``timeout_s`` ``reward_timeout_s`` (a function that does not return in time is a bad value for
-the whole batch; see ``call_with_timeout`` for what happens to its thread).
+the whole batch; see ``call_with_timeout`` for what happens to its thread; an async one is cancelled).
 """
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import itertools
 import math
 import re
@@ -202,6 +207,29 @@ def clear_stop() -> None:
     _stop["at"] = None
 
 
+def _wait(done: threading.Event, what: str, timeout_s: float | None) -> bool:
+    """Wait for ``done`` in slices, so a stop request is seen: True once it is set, False when
+    ``timeout_s`` seconds passed first (None: no limit). :class:`StopRequested` when a stop request
+    (:func:`request_stop`) came and :data:`REWARD_STOP_GRACE_S` seconds passed since it (or since the start)."""
+    start = time.monotonic()
+    while not done.is_set():
+        now, asked = time.monotonic(), _stop["at"]
+        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
+            raise StopRequested(f"{what} was still running {REWARD_STOP_GRACE_S:g} s after the stop request; "
+                                f"the step was given up (its thread is left running)")
+        if timeout_s is not None and now >= start + timeout_s:
+            return False
+        done.wait(0.1 if timeout_s is None else min(0.1, start + timeout_s - now))
+    return True
+
+
+def _timeout_error(f: RewardFunc, timeout_s: float, prompts, completions, fate: str) -> RewardError:
+    """The error of a reward function that did not return within ``timeout_s``; ``fate`` says what became of it."""
+    return RewardError(f"reward function {func_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
+                       f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
+                       f"make it faster or raise reward_timeout_s ({fate})")
+
+
 def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: float | None):
     """``f(prompts=..., completions=..., **columns)``; inline when ``timeout_s`` is None.
 
@@ -218,31 +246,157 @@ def call_with_timeout(f: RewardFunc, prompts, completions, columns, timeout_s: f
     """
     if timeout_s is None:
         return f(prompts=prompts, completions=completions, **columns)
-    box: dict = {}
+    box, done = {}, threading.Event()
 
     def target():
         try:
             box["out"] = f(prompts=prompts, completions=completions, **columns)
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread
             box["err"] = e
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=target, name=f"reward-{func_name(f)}", daemon=True)
-    start = time.monotonic()
-    worker.start()
-    while worker.is_alive():  # in slices, so a stop request is seen while waiting
-        now, asked = time.monotonic(), _stop["at"]
-        if asked is not None and now >= max(asked, start) + REWARD_STOP_GRACE_S:
-            raise StopRequested(f"reward function {func_name(f)!r} was still running {REWARD_STOP_GRACE_S:g} s after "
-                                f"the stop request; the step was given up (its thread is left running)")
-        if now >= start + timeout_s:
-            raise RewardError(f"reward function {func_name(f)!r} did not return within reward_timeout_s={timeout_s} s "
-                              f"on a batch of {len(completions)} completions (first prompt {prompts[0]!r}); "
-                              f"make it faster or raise reward_timeout_s (its thread is left running in the "
-                              f"background)")
-        worker.join(min(0.1, start + timeout_s - now))
+    threading.Thread(target=target, name=f"reward-{func_name(f)}", daemon=True).start()
+    if not _wait(done, f"reward function {func_name(f)!r}", timeout_s):
+        raise _timeout_error(f, timeout_s, prompts, completions, "its thread is left running in the background")
     if "err" in box:
         raise box["err"]
     return box["out"]
+
+
+# ---------------------------------------------------------------- async reward functions
+
+def is_async_callable(f) -> bool:
+    """Whether calling ``f`` returns a coroutine (TRL 1.16's ``is_async_callable``): an ``async def``
+    function, a ``functools.partial`` of one, or an object whose ``__call__`` is ``async def``."""
+    while isinstance(f, functools.partial):
+        f = f.func
+    return inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(getattr(f, "__call__", None))
+
+
+ASYNC_LOOP_GRACE_S = 1.0
+"""Seconds past ``reward_timeout_s`` the kit waits for the event loop of a step's async reward
+functions before it gives up the ones that have not returned. Each has its own time limit on the
+loop, but an ``async def`` that blocks (``time.sleep``, a synchronous HTTP call) instead of awaiting
+holds the whole loop, so no limit on it can fire (see :func:`await_together`)."""
+
+_loop = {"loop": None}  # the kit's event loop for async reward functions (running in its daemon thread), or None
+_loop_lock = threading.Lock()
+
+
+def _reward_loop() -> asyncio.AbstractEventLoop:
+    """The event loop async reward functions run on: one per process, started on first use in a daemon
+    thread (as TRL's trainer does), so a client that a function keeps between steps stays on one loop."""
+    with _loop_lock:
+        if _loop["loop"] is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="reward-event-loop", daemon=True).start()
+            _loop["loop"] = loop
+        return _loop["loop"]
+
+
+def _retire(loop: asyncio.AbstractEventLoop) -> None:
+    """Give up ``loop`` (it may be held by a function that blocks): the next step starts a new one."""
+    with _loop_lock:
+        if _loop["loop"] is loop:
+            _loop["loop"] = None
+    loop.call_soon_threadsafe(loop.stop)  # ends its thread, if it ever gets the loop back
+
+
+async def _caught(f: RewardFunc, kwargs: dict) -> tuple:
+    try:
+        return await f(**kwargs), None
+    except BaseException as e:  # noqa: BLE001 - SystemExit included: handed to the caller, who names the function
+        return None, e
+
+
+async def _bounded(f: RewardFunc, kwargs: dict, timeout_s: float | None) -> tuple:
+    """``await f(**kwargs)`` -> ``(value, None)``, or ``(None, what it raised)``, or ``(None, RewardError)``
+    when it did not return within ``timeout_s`` seconds (it is then cancelled)."""
+    task = asyncio.ensure_future(_caught(f, kwargs))
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if done:
+        return task.result()
+    task.cancel()
+    return None, _timeout_error(f, timeout_s, kwargs["prompts"], kwargs["completions"], "it was cancelled")
+
+
+def await_together(calls: Sequence[tuple[RewardFunc, dict]], timeout_s: float | None) -> list[tuple]:
+    """Every ``f(**kwargs)`` of ``calls`` (async reward functions) awaited together (``asyncio.gather``)
+    on the kit's event loop -> one ``(value, error)`` per call, ``error`` None or what the function
+    raised, or a :class:`RewardError` naming it when it did not return within ``timeout_s``.
+
+    The loop runs in its own daemon thread (:func:`_reward_loop`), never in the caller's, so this works
+    where a loop is already running, as in a Jupyter cell. The caller waits as :func:`call_with_timeout`
+    does (a stop request is seen); a loop still held :data:`ASYNC_LOOP_GRACE_S` after the limit is given up
+    with the functions that have not returned, and the next call starts a new one.
+    """
+    if not calls:
+        return []
+    out: dict[int, tuple] = {}
+
+    async def one(k, f, kwargs):
+        out[k] = await _bounded(f, kwargs, timeout_s)
+
+    async def together():
+        await asyncio.gather(*(one(k, f, kwargs) for k, (f, kwargs) in enumerate(calls)))
+
+    loop, done = _reward_loop(), threading.Event()
+    future = asyncio.run_coroutine_threadsafe(together(), loop)
+    future.add_done_callback(lambda _: done.set())
+    what = f"the step's async reward call (functions {', '.join(repr(func_name(f)) for f, _ in calls)})"
+    try:
+        finished = _wait(done, what, None if timeout_s is None else timeout_s + ASYNC_LOOP_GRACE_S)
+    except StopRequested:
+        _retire(loop)
+        raise
+    if not finished:
+        _retire(loop)
+    held = ("it or another async function of the step held the event loop without awaiting: await slow work, or "
+            "run blocking code with asyncio.to_thread")
+    return [out.get(k) or (None, _timeout_error(f, timeout_s, kw["prompts"], kw["completions"], held))
+            for k, (f, kw) in enumerate(calls)]
+
+
+def call_reward(f: RewardFunc, **kwargs):
+    """``f(**kwargs)``, an async ``f`` awaited on the kit's event loop without a time limit: for the callers
+    that time a call themselves (the judge server) or call one function on one completion (verl's
+    ``compute_score``). :func:`score` is the way to score a batch."""
+    if not is_async_callable(f):
+        return f(**kwargs)
+    return _result(await_together([(f, kwargs)], None)[0])
+
+
+def _own_inputs(prompts, completions, columns: dict) -> tuple[list, list, dict]:
+    """One judge's prompts, completions and columns, with its own copies of the lists (see :func:`_own_copy`)."""
+    return _own_copy(prompts), _own_copy(completions), {c: _own_copy(v) if isinstance(v, list) else v
+                                                        for c, v in columns.items()}
+
+
+def _await_async(funcs: Sequence[RewardFunc], prompts, completions, columns: dict,
+                 timeout_s: float | None) -> dict[int, tuple]:
+    """The async functions of ``funcs``, all awaited together -> ``{k: (value, error)}``."""
+    ks = [k for k, f in enumerate(funcs) if is_async_callable(f)]
+    inputs = [_own_inputs(prompts, completions, columns) for _ in ks]
+    outcomes = await_together([(funcs[k], {"prompts": p, "completions": c, **cols})
+                               for k, (p, c, cols) in zip(ks, inputs)], timeout_s)
+    return dict(zip(ks, outcomes))
+
+
+def _unawaited(value) -> str:
+    """What to add to the error of a function that returned ``value``: a hint when it is a coroutine (the
+    coroutine is closed, so Python does not warn that it was never awaited)."""
+    if not inspect.iscoroutine(value):
+        return ""
+    value.close()
+    return " (a coroutine: define the function itself with async def, and score awaits it)"
+
+
+def _result(outcome: tuple):
+    value, error = outcome
+    if error is not None:
+        raise error
+    return value
 
 
 def _own_copy(values, depth: int = 2):
@@ -280,11 +434,11 @@ def _run_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list
         bad[rows, k] = True
         reasons.append(message)
 
+    awaited = _await_async(funcs, prompts, completions, columns, timeout_s)  # {k: (value, error)}
     for k, f in enumerate(funcs):
         try:  # each function gets its own copies of the lists: what it edits, no one else sees
-            vals = call_with_timeout(f, _own_copy(prompts), _own_copy(completions),
-                                     {c: _own_copy(v) if isinstance(v, list) else v for c, v in columns.items()},
-                                     timeout_s)
+            vals = _result(awaited[k]) if k in awaited else call_with_timeout(
+                f, *_own_inputs(prompts, completions, columns), timeout_s)
         except RewardError as e:  # timed out, or the function's own RewardError
             fail(str(e), slice(None))
             continue
@@ -302,8 +456,8 @@ def _run_each(funcs: Sequence[RewardFunc], prompts: list[str], completions: list
                 raise TypeError
             vals = list(vals)
         except TypeError:
-            fail(f"reward function {func_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats",
-                 slice(None))
+            fail(f"reward function {func_name(f)!r} returned {type(vals).__name__}; return a list of {B} floats"
+                 + _unawaited(vals), slice(None))
             continue
         if len(vals) != B:
             fail(f"reward function {func_name(f)!r} returned {len(vals)} values for {B} completions; "
@@ -763,12 +917,21 @@ def _text(x) -> str:
 
 def text_view(f: RewardFunc) -> RewardFunc:
     """A judge that reads text, also taking TRL's conversational format: message lists are read as
-    their last message's content; strings pass through (``functools.wraps`` keeps its name)."""
-    import functools
+    their last message's content; strings pass through (``functools.wraps`` keeps its name). An async
+    ``f`` gives an async judge."""
+    def texts(prompts, completions) -> dict:
+        return {"prompts": [_text(p) for p in prompts], "completions": [_text(c) for c in completions]}
+
+    if is_async_callable(f):
+        @functools.wraps(f)
+        async def judge_text_async(prompts, completions, **kwargs):
+            return await f(**texts(prompts, completions), **kwargs)
+
+        return judge_text_async
 
     @functools.wraps(f)
     def judge_text(prompts, completions, **kwargs):
-        return f(prompts=[_text(p) for p in prompts], completions=[_text(c) for c in completions], **kwargs)
+        return f(**texts(prompts, completions), **kwargs)
 
     return judge_text
 
@@ -790,15 +953,22 @@ def from_trl(func: RewardFunc, tokenizer=None, conversational: bool = False) -> 
     keyword arguments, so it needs no adapter): on plain text and columns, this adds
     ``completion_ids`` (tokenised with ``tokenizer``, when given) and ``trainer_state=None``. With
     ``conversational=True`` completions are sent as ``[{"role": "assistant", "content": text}]``
-    (what TRL's ``accuracy_reward`` reads).
+    (what TRL's ``accuracy_reward`` reads). An async ``func`` gives an async judge.
     """
-    def kit_judge(prompts, completions, **columns):
-        extra = {"trainer_state": None}
+    def trl_args(completions) -> dict:
+        extra = {"completions": completions, "trainer_state": None}
         if tokenizer is not None:
             extra["completion_ids"] = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
         if conversational:
-            completions = [[{"role": "assistant", "content": c}] for c in completions]
-        return func(prompts=prompts, completions=completions, **extra, **columns)
+            extra["completions"] = [[{"role": "assistant", "content": c}] for c in completions]
+        return extra
+
+    if is_async_callable(func):
+        async def kit_judge(prompts, completions, **columns):
+            return await func(prompts=prompts, **trl_args(completions), **columns)
+    else:
+        def kit_judge(prompts, completions, **columns):
+            return func(prompts=prompts, **trl_args(completions), **columns)
 
     kit_judge.__name__ = func_name(func)
     return kit_judge

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from grpo_kit.errors import ConfigError, RewardError
-from grpo_kit.rewards.judges import RewardFunc, func_name, score
+from grpo_kit.rewards.judges import RewardFunc, call_reward, func_name, score
 from grpo_kit.rewards.remote import (  # noqa: F401 (their old home)
     SERVER_HINT,
     post_with_retries,
@@ -219,8 +219,8 @@ class Judges:
 
         def work():
             try:
-                box["out"] = self.funcs[k](prompts=list(prompts), completions=list(completions),
-                                           **{c: list(v) for c, v in columns.items()})
+                box["out"] = call_reward(self.funcs[k], prompts=list(prompts), completions=list(completions),
+                                         **{c: list(v) for c, v in columns.items()})
             except BaseException as e:  # noqa: BLE001 - even SystemExit: handed to the request, naming the judge
                 box["err"] = e
             finally:

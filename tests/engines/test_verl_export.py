@@ -4,6 +4,7 @@ config the wheel ships, and verl's reward manager and loader can call the reward
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib.util
 import os
 import shlex
@@ -22,6 +23,7 @@ from grpo_kit.engines.verl_export import (
     verl_rows,
 )
 from grpo_kit.errors import ConfigError
+from grpo_kit.rewards.judges import math_answer
 
 SAMPLE = str(DATASETS_DIR / "gsm8k_sample.jsonl")
 
@@ -146,6 +148,14 @@ def test_verl_loads_and_calls_compute_score_as_it_does():
     assert score("The answer is 19.") == 1.0
     assert compute_score("x", "9", "9") == 1.0  # default reward: math_answer
 
+
+
+def test_compute_score_awaits_an_async_reward_function():
+    async def async_math(prompts, completions, answer, **kw):
+        await asyncio.sleep(0)
+        return math_answer(prompts, completions, answer)
+    assert compute_score("grpo_kit", "#### 19", "19", {}, [async_math, "gsm8k_format"], [1.0, 0.5]) == 1.5
+    assert compute_score("grpo_kit", "#### 18", "19", {}, [async_math]) == 0.0
 
 def test_reward_manager_reads_the_row_fields_verl_rows_writes():
     source = verl_file("experimental/reward_loop/reward_manager/naive.py").read_text()

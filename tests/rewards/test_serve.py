@@ -1,4 +1,5 @@
 """Judges over HTTP: the server's protocol, the remote:URL client's errors, and a run against a real server process."""
+import asyncio
 import http.client
 import json
 import socket
@@ -178,6 +179,22 @@ def test_in_process_server_round_trip():
         per_local = score([resolve_reward_func("exact_answer")], ["12+34="] * 3, ["64", "46", "x"], cols,
                           combined=False).per_func
         assert per_remote.flatten().tolist() == per_local.flatten().tolist() == [1.0, 0.0, 0.0]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+
+def test_an_async_judge_is_served():
+    async def async_exact(prompts, completions, answer, **kw):
+        await asyncio.sleep(0)
+        return exact_answer(prompts, completions, answer, **kw)
+    server = make_server([async_exact], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        f = resolve_reward_func(f"remote:http://127.0.0.1:{server.server_address[1]}/get_reward")
+        got = score([f], ["12+34="] * 3, ["64", "46", "x"], {"answer": ["46"] * 3, "reverse_digits": [True] * 3})
+        assert got.rewards.tolist() == [1.0, 0.0, 0.0]
     finally:
         server.shutdown()
         server.server_close()
