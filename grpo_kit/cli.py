@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -76,7 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="GRPO from a YAML config")
     t.add_argument("--config", required=True)
     t.add_argument("--model")
-    t.add_argument("--dataset")
+    t.add_argument("--dataset", help="training items: a .jsonl, .parquet or .csv file, a folder written by "
+                                     "Dataset.save_to_disk, or a Hugging Face Hub name owner/name")
+    t.add_argument("--dataset-split", help="the split of a dataset with splits (a Hub dataset, a DatasetDict "
+                                           "folder); default train")
+    t.add_argument("--dataset-config", help="the configuration of a Hub dataset (e.g. main for openai/gsm8k)")
     t.add_argument("--steps", type=_positive_int)
     t.add_argument("--out", default="runs/train")
     t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
@@ -176,9 +181,10 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
         return None, None
     if (resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
         check_out_folder(out, resume=resume)  # raises (nothing to resume; a file) before a lock makes the folder
-    with RunLock(out):
+    with _no_empty_folder_left(out), RunLock(out):
+        data = cfg.dataset if isinstance(cfg.dataset, str) else None  # not a datasets object given in Python
         check_out_folder(out, resume, overwrite, inputs=(_model_folder(cfg.model) if overwrite else None,
-                                                         cfg.dataset))  # a model or dataset in out: refused
+                                                         data))  # a model or dataset in out: refused
         t0 = time.time()
         if engine == "trl":
             from grpo_kit.engines.trl_engine import train_with_trl
@@ -207,6 +213,18 @@ def run_training(cfg, out: Path, resume: bool = False, quiet: bool = False, over
         summary = _write_results(cfg, run.history, run.evals, out, run.step, time.time() - t0, run.stopped_by,
                                  quiet, budget=(budget_spent(run), state(run).generated))
     return run, summary
+
+
+@contextlib.contextmanager
+def _no_empty_folder_left(out: Path):
+    """A folder made for a run that fails before writing anything (a dataset refused while loading) is removed again."""
+    made = not out.exists()
+    try:
+        yield
+    except BaseException:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
 
 
 def main_process() -> bool:
@@ -307,7 +325,8 @@ def cmd_train(args) -> int:
     from grpo_kit.loop.checks import check_config
 
     cfg = GRPOConfig.from_yaml(args.config)
-    changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "steps": args.steps}.items()
+    changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "dataset_split": args.dataset_split,
+                                 "dataset_config": args.dataset_config, "steps": args.steps}.items()
                if v is not None}
     cfg = check_config(cfg.replace(**changes))  # every name it gives, before a folder is made or a model loaded
     if args.trl_arg and args.engine != "trl":
@@ -476,7 +495,8 @@ def cmd_export_verl(args) -> int:
     if args.data_out:
         from datasets import Dataset, disable_progress_bars
         from grpo_kit.data.runfolder import check_path
-        from grpo_kit.data.tasks import get_task, heldout_split, load_items
+        from grpo_kit.data.tasks import get_task, heldout_split
+        from grpo_kit.loop.train import dataset_items
 
         disable_progress_bars()
         out = check_path(args.data_out, "--data-out")
@@ -492,7 +512,7 @@ def cmd_export_verl(args) -> int:
             raise UsageError(f"--data-out {out}: the config's dataset {cfg.dataset} would be replaced; choose "
                              f"another folder")
         out.mkdir(parents=True, exist_ok=True)
-        train = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+        train = dataset_items(cfg) if cfg.dataset is not None else get_task(cfg.task).splits()["train"]
         for path, items in zip(targets, (train, heldout_split(cfg.task)[:cfg.eval_size])):
             files[path.stem] = str(path.resolve())
             tmp = path.with_name(f".{path.name}.tmp")  # written whole, then renamed over the old file

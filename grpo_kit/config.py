@@ -75,6 +75,13 @@ def _yaml_size(node, seen: dict) -> int:
 TRL_ONLY_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
 
 
+def datasets_type(v) -> str | None:
+    """'Dataset' or 'DatasetDict' for such an object of the ``datasets`` library (known by its type, without
+    importing ``datasets``), else None."""
+    name = type(v).__name__
+    return name if type(v).__module__.split(".")[0] == "datasets" and name in ("Dataset", "DatasetDict") else None
+
+
 def whole(default, low: int, optional: bool = False, why: str = ""):
     """A field that holds a whole number >= ``low`` (or None when ``optional``); ``why`` ends the error."""
     rule = f"must be a whole number >= {low}{' (or None)' if optional else ''}{why}"
@@ -142,8 +149,20 @@ class GRPOConfig:
     """A model folder written by ``save_pretrained``, a Hugging Face hub name, or ``"tiny"`` (the shipped base)."""
     task: str = "add2"
     """Built-in arithmetic task for prompts and the held-out split (see ``tasks.TASKS``)."""
-    dataset: str | None = None
-    """Optional jsonl of training items (kit rows or GSM8K rows); replaces the task's train split."""
+    dataset: str | object | None = None
+    """Training items, in place of the task's train split (the held-out split stays the task's): a ``.jsonl``
+    (kit or GSM8K rows), ``.parquet`` or ``.csv`` file, a folder written by ``Dataset.save_to_disk``, a Hugging
+    Face Hub name ``owner/name`` (read with ``datasets.load_dataset``; offline only from the local cache), or in
+    Python a ``datasets.Dataset`` / ``DatasetDict`` (which ``to_yaml`` cannot write). See ``data/sources.py``."""
+    dataset_columns: dict | None = None
+    """Which columns of ``dataset`` hold the prompt and the answer, e.g. ``{prompt: question, answer: answer}``;
+    None (or a key left out): ``prompt`` (GSM8K's ``question`` when there is no ``prompt``) and ``answer``.
+    An answer ``"... #### 42"`` (GSM8K) is read as 42 with its worked ``solution``; the other columns
+    reach reward functions as keyword arguments."""
+    dataset_split: str | None = None
+    """The split of a ``dataset`` that has splits (a Hub dataset, a ``DatasetDict`` or its folder); None: ``train``."""
+    dataset_config: str | None = None
+    """The configuration of a Hub ``dataset`` (``load_dataset``'s second argument: ``main`` for ``openai/gsm8k``)."""
     reward_funcs: list = field(default_factory=lambda: ["exact_answer"])
     """Reward functions, each a name from ``judges.REWARD_FUNCS``, an importable function
     ``"package.module:function"`` (``"trl.rewards:think_format_reward"``), or a factory with arguments
@@ -449,8 +468,19 @@ class GRPOConfig:
              "must be a model folder, a Hugging Face hub name or 'tiny'")
         need(isinstance(self.task, str) and self.task.strip() != "", "task",
              "must be the name of a task (grpo_kit.data.tasks.task_names())")
-        need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != ""), "dataset",
-             "must be the path of a jsonl file (or None)")
+        need(self.dataset is None or (isinstance(self.dataset, str) and self.dataset.strip() != "")
+             or datasets_type(self.dataset) is not None, "dataset",
+             "must be a .jsonl, .parquet or .csv file, a folder written by save_to_disk, a Hugging Face Hub name "
+             "(owner/name), or in Python a datasets.Dataset or DatasetDict (or None)")
+        cols = self.dataset_columns
+        need(cols is None or (isinstance(cols, dict) and set(cols) <= {"prompt", "answer"}
+                              and all(isinstance(c, str) and c.strip() for c in cols.values())
+                              and len(set(cols.values())) == len(cols)), "dataset_columns",
+             "must map prompt and/or answer to two different column names of the dataset, e.g. "
+             "{prompt: question, answer: answer} (or None)")
+        for name in ("dataset_split", "dataset_config"):
+            v = getattr(self, name)
+            need(v is None or (isinstance(v, str) and v.strip() != ""), name, "must be a name (or None)")
         need(isinstance(self.reward_funcs, list) and len(self.reward_funcs) > 0
              and all((isinstance(f, (str, dict)) and f) or callable(f) for f in self.reward_funcs), "reward_funcs",
              "must be a non-empty list of reward function names (see judges.REWARD_FUNCS), 'package.module:function' "

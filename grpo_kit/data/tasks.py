@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -250,17 +251,23 @@ def _need_str(row: dict, key: str) -> str:
     return row[key]
 
 
-def gsm8k_item(row: dict) -> dict:
-    """A GSM8K row ``{"question", "answer": "... #### 42"}`` -> item with ``prompt``, ``answer``, ``solution``."""
-    question = _need_str(row, "question")
-    answer = _need_str(row, "answer")
+def split_gsm8k(answer: str) -> tuple[str, str]:
+    """A GSM8K answer ``"<worked solution> #### 1,234"`` -> (the solution, ``"1234"``): the number after the last
+    ``####``, commas removed. No ``####`` or no number after it is a row problem."""
     if "####" not in answer:
         raise _RowProblem("field 'answer' has no '#### <number>' final answer")
     solution, final = answer.rsplit("####", 1)
     final = final.strip().replace(",", "")
     if not _NUMBER.fullmatch(final):
         raise _RowProblem(f"the final answer after '####' is not a number: {final!r}")
-    return {"prompt": question, "answer": final, "solution": solution.strip()}
+    return solution.strip(), final
+
+
+def gsm8k_item(row: dict) -> dict:
+    """A GSM8K row ``{"question", "answer": "... #### 42"}`` -> item with ``prompt``, ``answer``, ``solution``."""
+    question = _need_str(row, "question")
+    solution, final = split_gsm8k(_need_str(row, "answer"))
+    return {"prompt": question, "answer": final, "solution": solution}
 
 
 def _need_messages(row: dict, key: str) -> list:
@@ -319,21 +326,37 @@ def _scan(path: Path, make) -> tuple[list[dict], list[int], list[tuple[int, str]
     return items, good, bad
 
 
-def _load(path, kind: str, on_bad_row: str) -> list[dict]:
+def _check_on_bad_row(on_bad_row: str) -> None:
     if on_bad_row not in ON_BAD_ROW:
         raise DataError(f"on_bad_row={on_bad_row!r}: choose 'raise' or 'skip'")
+
+
+def _load(path, kind: str, on_bad_row: str, columns: dict | None = None) -> list[dict]:
+    _check_on_bad_row(on_bad_row)
     if kind not in ("auto", "gsm8k", "kit"):
         raise DataError(f"unknown dataset kind {kind!r}: choose 'auto', 'gsm8k' or 'kit'")
-    items, lines, bad = _scan(Path(path), {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind))
+    make = {"gsm8k": gsm8k_item, "kit": kit_item}.get(kind)
+    if columns is not None:  # dataset_columns: every row read as a table row under that mapping
+        make = lambda row: table_item(row, table_columns(row, columns))  # noqa: E731
+    items, lines, bad = _scan(Path(path), make)
+    if columns is not None:
+        _fill_solutions(items)
+    return _settle(str(path), items, lines, bad, on_bad_row, "line")
+
+
+def _settle(where: str, items: list[dict], labels: list[int] | None, bad: list[tuple[int, str]], on_bad_row: str,
+            unit: str) -> list[dict]:
+    """The items of a scan whose bad rows were ``bad`` ((label, reason), ``unit`` 'line' or 'row'): the first bad
+    row raised, or all skipped and counted in a warning; then every item's columns checked (:func:`check_columns`)."""
     if bad and on_bad_row == "raise":
-        fail_at(path, *bad[0])
+        raise DataError(f"{where}, {unit} {bad[0][0]}: {bad[0][1]}")
     if bad and not items:
-        raise DataError(f"{path}: all {len(bad)} rows are malformed (line {bad[0][0]}: {bad[0][1]})")
+        raise DataError(f"{where}: all {len(bad)} rows are malformed ({unit} {bad[0][0]}: {bad[0][1]})")
     if bad:
-        first = "; ".join(f"line {n}: {r}" for n, r in bad[:3])
-        log.warning("%s: skipped %d malformed row(s) of %d (%s%s)", path, len(bad), len(bad) + len(items),
+        first = "; ".join(f"{unit} {n}: {r}" for n, r in bad[:3])
+        log.warning("%s: skipped %d malformed row(s) of %d (%s%s)", where, len(bad), len(bad) + len(items),
                     first, "; ..." if len(bad) > 3 else "")
-    check_columns(items, str(path), positions=lines)
+    check_columns(items, where, positions=labels)
     return items
 
 
@@ -347,13 +370,96 @@ def load_gsm8k(path: str | Path, on_bad_row: str = "raise") -> list[dict]:
     return _load(path, "gsm8k", on_bad_row)
 
 
-def load_items(path: str | Path, on_bad_row: str = "raise") -> list[dict]:
+def load_items(path: str | Path, on_bad_row: str = "raise", columns: dict | None = None) -> list[dict]:
     """A jsonl of items: GSM8K rows (``question``/``answer``) or kit rows (``prompt``/``answer``).
 
     ``on_bad_row``: 'raise' a DataError naming file, line and reason at the first malformed
-    row, or 'skip' malformed rows and log their count and reasons.
+    row, or 'skip' malformed rows and log their count and reasons. ``columns`` (``dataset_columns``,
+    e.g. ``{"prompt": "q"}``): every row is read by :func:`table_item` under that mapping instead.
     """
-    return _load(path, "auto", on_bad_row)
+    return _load(path, "auto", on_bad_row, columns)
+
+
+# ---------------------------------------------------------------- tables (parquet, csv, datasets objects)
+#
+# A row of a table is read by table_item: dataset_columns says which column holds the prompt and which
+# the answer; the other columns are kept and reach reward functions, as a jsonl row's extra keys do.
+
+KIT_COLUMNS = ("prompt", "answer")
+"""The columns every item has; ``dataset_columns`` maps each to a column of the user's dataset."""
+
+
+def table_columns(names, mapping: dict | None = None) -> dict[str, str]:
+    """The column that holds each of ``prompt`` and ``answer``: ``mapping`` (``dataset_columns``) where it names
+    one, else ``prompt`` (GSM8K's ``question`` when there is no ``prompt`` column) and ``answer``."""
+    prompt = "question" if "prompt" not in names and "question" in names else "prompt"
+    return {"prompt": prompt, "answer": "answer", **(mapping or {})}
+
+
+def _read_answer(row: dict, column: str) -> tuple[str, str | None]:
+    """(the answer, the worked solution or None) of a row's answer column: a number (a numeric column, or text
+    holding one) or a GSM8K answer ``"... #### 42"`` (read as ``"42"`` and its solution)."""
+    value = row[column]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value), None  # a numeric column (a csv of numbers is read as one)
+    if not isinstance(value, str):
+        raise _RowProblem(f"column {column!r} (the answer) must be a number or text holding one, got "
+                          f"{type(value).__name__} {value!r:.40}")
+    answer = _need_str(row, column).strip()
+    if "####" in answer:
+        return split_gsm8k(answer)[::-1]
+    if not _NUMBER.fullmatch(answer.replace(",", "")):
+        raise _RowProblem(f"column {column!r} (the answer) is not a number and has no '#### <number>' line: "
+                          f"{answer!r:.60}")
+    return answer, None
+
+
+def table_item(row: dict, columns: dict[str, str]) -> dict:
+    """A table row -> an item: the ``columns`` (see :func:`table_columns`) become ``prompt`` and ``answer`` and
+    every other column is kept. The prompt is text or a conversation (a list of ``{"role", "content"}``
+    messages); a GSM8K answer also gives ``solution`` (the worked solution), unless the row has that column."""
+    for kit, col in columns.items():
+        if col not in row:
+            raise _RowProblem(f"missing column {col!r} (the {kit}; columns present: {sorted(row)})")
+        if col != kit and kit in row:
+            raise _RowProblem(f"the row has a column {kit!r} and dataset_columns takes the {kit} from {col!r}; "
+                              f"rename or drop one of them")
+    prompt = row[columns["prompt"]]
+    if isinstance(prompt, list):
+        _need_messages(row, columns["prompt"])
+    elif isinstance(prompt, str):
+        _need_str(row, columns["prompt"])
+    else:
+        raise _RowProblem(f"column {columns['prompt']!r} (the prompt) must be text or a list of "
+                          f"{{'role': str, 'content': str}} messages, got {type(prompt).__name__} {prompt!r:.40}")
+    answer, solution = _read_answer(row, columns["answer"])
+    item = {k: v for k, v in row.items() if k not in columns.values()}
+    item.update(prompt=prompt, answer=answer)
+    if solution is not None and "solution" not in item:
+        item["solution"] = solution
+    return item
+
+
+def table_items(rows: list[dict], columns: dict[str, str], where: str, on_bad_row: str = "raise") -> list[dict]:
+    """The items of a table's ``rows`` read by :func:`table_item`; a bad row is raised or skipped and counted as
+    in :func:`load_items`, named ``row N`` (1-based)."""
+    _check_on_bad_row(on_bad_row)
+    items, bad = [], []
+    for n, row in enumerate(rows, 1):
+        try:
+            items.append(table_item(row, columns))
+        except _RowProblem as e:
+            bad.append((n, str(e)))
+    _fill_solutions(items)
+    return _settle(where, items, None, bad, on_bad_row, "row")
+
+
+def _fill_solutions(items: list[dict]) -> None:
+    """Where some answers were GSM8K answers (they gave a ``solution``) and others plain numbers, the others get
+    ``solution`` None, so that every item has the same columns."""
+    if any("solution" in it for it in items):
+        for it in items:
+            it.setdefault("solution", None)
 
 
 def save_items(items: list[dict], path: str | Path) -> None:

@@ -47,12 +47,12 @@ from grpo_kit.data.runfolder import (
     has_run,
     is_disk_full,
 )
+from grpo_kit.data.sources import load_source, source_of, source_path
 from grpo_kit.data.tasks import (
     check_columns,
     columns_of,
     get_task,
     heldout_split,
-    load_items,
 )
 from grpo_kit.errors import (
     CheckpointError,
@@ -71,7 +71,7 @@ from grpo_kit.loop.schedules import (
 from grpo_kit.loop.step import Update, train_step
 from grpo_kit.model import lora, memory
 from grpo_kit.model.sampling import chat_items
-from grpo_kit.model.tiny import load_model, resolve_model
+from grpo_kit.model.tiny import hub_reachable, load_model, resolve_model
 from grpo_kit.rewards import judges
 from grpo_kit.rewards.judges import RewardLog, score
 from grpo_kit.rewards.resolve import get_reward_funcs
@@ -193,19 +193,27 @@ def run_items(cfg: GRPOConfig, policy, tokenizer, train_items=None, eval_items=N
     # prompts from a file or from the caller are checked against the model (context, vocabulary);
     # the built-in tasks' prompts are a few characters of the tokenizer's own alphabet
     given = train_items is not None or cfg.dataset is not None
+    where = "train_items" if train_items is not None or cfg.dataset is None else source_of(cfg.dataset).where
     if train_items is None:
-        train_items = load_items(cfg.dataset, cfg.on_bad_row) if cfg.dataset else get_task(cfg.task).splits()["train"]
+        train_items = dataset_items(cfg) if cfg.dataset is not None else get_task(cfg.task).splits()["train"]
     train_items = chat_items(train_items, tokenizer, cfg.chat_template)
     if given:
-        check_columns(train_items, cfg.dataset or "train_items")
+        check_columns(train_items, where)
         train_items = check_prompts(policy, tokenizer, train_items, cfg.max_completion_length, cfg.truncate_prompts,
-                                    cfg.dataset or "train_items")
+                                    where)
     if eval_items is None:
         eval_items = chat_items(heldout_split(cfg.task)[:cfg.eval_size], tokenizer, cfg.chat_template)
     else:
         eval_items = check_prompts(policy, tokenizer, chat_items(eval_items, tokenizer, cfg.chat_template),
                                    cfg.max_completion_length, cfg.truncate_prompts, "eval_items")
     return train_items, eval_items
+
+
+def dataset_items(cfg: GRPOConfig) -> list[dict]:
+    """The items of ``cfg.dataset`` in any of its forms (``data/sources.py``), mapped by ``dataset_columns``; the
+    hub is asked whether it answers only for a Hub name."""
+    return load_source(cfg.dataset, cfg.dataset_columns, cfg.dataset_split, cfg.dataset_config, cfg.on_bad_row,
+                       online=hub_reachable)
 
 
 def grpo_step(run: Run) -> dict:
@@ -748,12 +756,12 @@ def content_hash(path: str | Path) -> str | None:
 
 
 def fingerprints(cfg: GRPOConfig) -> dict:
-    """Content hashes of the run's starting model and dataset (None for a hub name or no dataset)."""
+    """Content hashes of the run's starting model and dataset (None for a hub name, a datasets object or no dataset)."""
     from grpo_kit.model.tiny import resolve_model
 
     model = resolve_model(cfg.model, warn=False)
     return {"model": content_hash(model) if isinstance(model, Path) else None,
-            "dataset": content_hash(os.path.expanduser(cfg.dataset)) if cfg.dataset else None}
+            "dataset": content_hash(path) if (path := source_path(cfg.dataset, cfg.dataset_split)) else None}
 
 
 def storable(v):
