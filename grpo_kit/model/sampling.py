@@ -8,8 +8,9 @@ device (``torch.multinomial`` draws on the device of the probabilities).
 
 Sampling runs under whatever autocast the caller set (``train.grpo_step`` uses the run's, the
 one scoring uses: see the dtype policy in ``step.py``); the sampling distribution is the
-float32 softmax of the last position's logits over the temperature, and
-``Rollouts.sampling_logp`` keeps the log-prob of each sampled token under it.
+float32 softmax of the last position's logits over the temperature (narrowed by the sampling
+controls when a run sets them: ``truncation.py``), and ``Rollouts.sampling_logp`` keeps the
+log-prob of each sampled token under it.
 
 The completion mask is 1 up to and including the first EOS and 0 after it; a row that never
 emits EOS within ``max_new_tokens`` is *truncated* (``is_truncated``).
@@ -22,16 +23,25 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_kit.model.truncation import keep_mask, penalize_repeats, truncated_mass
+from grpo_kit.model.truncation import (
+    check_sampling_controls,
+    keep_mask,
+    penalize_repeats,
+    truncated_mass,
+)
 
 
 @dataclass(frozen=True)
 class SamplingControls:
-    """``top_k`` (0 off), ``top_p`` (1.0 off), ``min_p`` (0 off), ``repetition_penalty`` (1.0 off): see truncation.py."""
+    """``top_k`` (0 off), ``top_p`` (1.0 off), ``min_p`` (0 off), ``repetition_penalty`` (1.0 off): see
+    truncation.py. A value out of its range is a ValueError (GRPOConfig's rule for the field)."""
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        check_sampling_controls(self.top_k, self.top_p, self.min_p, self.repetition_penalty)
 
     @property
     def active(self) -> bool:
@@ -146,7 +156,9 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
 
     ``controls`` (:class:`SamplingControls`; ``truncation.py`` says what each does and which
     distribution the loss scores under) narrow the distribution each token is drawn from; with
-    none active the draws are exactly those of plain temperature sampling.
+    none active the draws are exactly those of plain temperature sampling. A repetition penalty
+    also changes greedy rows' argmax (as in Hugging Face ``generate`` and vLLM); top-k, top-p and
+    min-p always keep the most likely token, so they leave greedy rows alone.
 
     Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens; with
     ``return_logp`` also (B, Tc) float32 log-probs of the sampled tokens under the sampling
@@ -165,18 +177,18 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
     tokens, logps, cut = [], [], []
     active = controls is not None and controls.active
-    if active and controls.repetition_penalty != 1.0:  # (B, V) tokens already in each row: its prompt, then its own
+    penalty = controls.repetition_penalty if active else 1.0
+    if penalty != 1.0:  # (B, V) tokens already in each row: its prompt, then its own
         seen = torch.zeros(B, logits.shape[-1], device=device).scatter_add_(1, prompt_ids, attn.float()) > 0
     for t in range(max_new_tokens):
-        tok = logits.argmax(-1)  # (B,)
+        raw = penalize_repeats(logits, seen, penalty) if penalty != 1.0 else logits  # (B, V) greedy rows too
+        tok = raw.argmax(-1)  # (B,)
         if not bool(greedy.all()):  # greedy decoding draws no random numbers
-            z = logits / temps.clamp(min=1e-6)  # (B, V)
+            z = raw / temps.clamp(min=1e-6)  # (B, V)
             if active:
-                scored = z  # the distribution the loss scores the token under
-                if controls.repetition_penalty != 1.0:
-                    z = penalize_repeats(logits, seen, controls.repetition_penalty) / temps.clamp(min=1e-6)
                 keep = keep_mask(z, controls.top_k, controls.top_p, controls.min_p)  # (B, V)
                 z = z.masked_fill(~keep, float("-inf"))
+                scored = logits / temps.clamp(min=1e-6)  # (B, V) the distribution the loss scores the token under
                 cut.append(torch.where(greedy.squeeze(-1), torch.zeros(B, device=device), truncated_mass(scored, keep)))
             probs = torch.softmax(z, dim=-1)  # (B, V)
             sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
@@ -188,7 +200,7 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
             logps.append(torch.zeros(B, device=device))
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
-        if active and controls.repetition_penalty != 1.0:
+        if penalty != 1.0:
             seen[torch.arange(B, device=device), tok] |= ~done
         done = done | (tok == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:

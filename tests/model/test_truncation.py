@@ -1,6 +1,4 @@
 """Sampling controls on a small categorical, worked out by hand."""
-import math
-
 import pytest
 import torch
 
@@ -43,8 +41,12 @@ def test_min_p_is_relative_to_the_most_likely():
 def test_controls_apply_in_order_each_on_what_the_last_kept():
     # top_k 3 keeps 0.5, 0.25, 0.15; renormalised 0.5/0.9 = 0.556, 0.278, 0.167; top_p 0.8 then keeps two
     assert kept(top_k=3, top_p=0.8) == [True, True, False, False]
-    # top_k 2 renormalises to 2/3, 1/3; min_p 0.6 keeps the tokens >= 0.4: only the first
-    assert kept(top_k=2, min_p=0.6) == [True, False, False, False]
+    # top_p 0.76 keeps 0.5, 0.25, 0.15 (the mass before 0.15 is 0.75); min_p 0.25 then drops tokens under a quarter
+    # of the top one: 0.15 / 0.5 = 0.3 stays. (min_p first, as vLLM orders them, drops 0.1 (0.2 < 0.25) and
+    # renormalises to 0.556, 0.278, 0.167; top_p 0.76 then keeps two: the order matters here)
+    assert kept(top_p=0.76, min_p=0.25) == [True, True, True, False]
+    vllm_order = keep_mask(Z.masked_fill(~keep_mask(Z, min_p=0.25), float("-inf")), top_p=0.76)[0].tolist()
+    assert vllm_order == [True, True, False, False]
 
 
 def test_truncated_mass_is_what_the_sampler_cannot_draw():
@@ -60,24 +62,103 @@ def test_repetition_penalty_as_ctrl():
     assert torch.equal(penalize_repeats(logits, seen, 1.0), logits)
 
 
-@pytest.mark.parametrize("kw, word", [({"top_k": -1}, "top_k"), ({"top_k": 1.5}, "top_k"), ({"top_p": 0.0}, "top_p"),
-                                      ({"top_p": 1.2}, "top_p"), ({"min_p": 1.0}, "min_p"), ({"min_p": -0.1}, "min_p"),
-                                      ({"repetition_penalty": 0.0}, "repetition_penalty")])
-def test_bad_values_name_the_control_and_its_range(kw, word):
-    with pytest.raises(ValueError, match=word):
-        check_sampling_controls(**kw)
+BAD = [("top_k", -1), ("top_k", 1.5), ("top_k", True), ("top_p", 0.0), ("top_p", 1.2), ("top_p", float("nan")),
+       ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0), ("repetition_penalty", float("inf"))]
 
 
-def test_sampling_follows_the_kept_distribution():
-    # 20000 draws from top_p 0.76: the three kept tokens in proportion 0.5 : 0.25 : 0.15 (of 0.9), the fourth never
-    keep = keep_mask(Z, top_p=0.76)
-    q = torch.softmax(Z.masked_fill(~keep, float("-inf")), -1)[0]
-    draws = torch.multinomial(q, 20000, replacement=True, generator=torch.Generator().manual_seed(0))
-    freq = torch.bincount(draws, minlength=4).float() / 20000
-    want = torch.tensor([0.5, 0.25, 0.15, 0.0]) / 0.9
-    se = (want * (1 - want) / 20000).sqrt()
-    assert freq[3] == 0 and ((freq - want).abs() <= 4 * se + 1e-9).all()
-    assert math.isclose(float(q.sum()), 1.0, rel_tol=1e-6)
+@pytest.mark.parametrize("field, value", BAD)
+def test_bad_values_are_refused_in_the_configs_words(field, value):
+    from grpo_kit import GRPOConfig
+    from grpo_kit.errors import ConfigError
+    from grpo_kit.model.sampling import SamplingControls
+
+    with pytest.raises(ConfigError) as config_error:
+        GRPOConfig(**{field: value}).validate()
+    rule = str(config_error.value).split(": ", 1)[1]
+    with pytest.raises(ValueError) as error:
+        SamplingControls(**{field: value})
+    assert str(error.value) == f"{field}={value!r}: {rule}"
+
+
+def test_values_in_range_pass_and_the_defaults_are_off():
+    from grpo_kit.model.sampling import SamplingControls
+
+    assert check_sampling_controls(20, 0.9, 0.05, 1.1) is None and SamplingControls(20, 0.9, 0.05, 1.1).active
+    assert not SamplingControls().active
+
+
+def constant_model(z: torch.Tensor):
+    """A Llama whose next-token logits are ``z`` (V,) whatever it reads: every embedding is ones, the
+    layers add nothing to the residual (o_proj and down_proj are zero), the final RMSNorm (eps 0) leaves
+    ones and the head's first column is z. Token V-1 is its EOS and padding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    V = z.numel()
+    cfg = LlamaConfig(vocab_size=V, hidden_size=4, intermediate_size=4, num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1, max_position_embeddings=8, rms_norm_eps=0.0, tie_word_embeddings=False,
+                      bos_token_id=0, eos_token_id=V - 1, pad_token_id=V - 1)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.fill_(1.0)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[:, 0] = z
+    return model
+
+
+def draw(controls, n=20000, temperature=1.0, seed=0):
+    """n one-token draws from the constant model after the prompt [token 0]: tokens (n,), log-probs, masses."""
+    from grpo_kit.model.sampling import generate
+
+    model = constant_model(Z[0])
+    ids = torch.zeros(n, 1, dtype=torch.long)
+    out = generate(model, ids, torch.ones_like(ids), 1, 3, 3, temperature, torch.Generator().manual_seed(seed),
+                   group_size=n, return_logp=True, controls=controls)
+    return out[0][:, 0], out[2][:, 0], (out[3][:, 0] if len(out) > 3 else None)
+
+
+def assert_frequencies(tokens, want):
+    freq = torch.bincount(tokens, minlength=4).float() / len(tokens)
+    se = (want * (1 - want) / len(tokens)).sqrt()
+    assert ((freq - want).abs() <= 4 * se + 1e-9).all(), (freq, want)
+
+
+def test_the_sampler_draws_from_the_kept_distribution():
+    from grpo_kit.model.sampling import SamplingControls
+
+    assert torch.allclose(torch.softmax(constant_model(Z[0])(torch.zeros(1, 2, dtype=torch.long)).logits, -1), P)
+    tokens, logp, mass = draw(SamplingControls(top_p=0.76))  # keeps 0.5, 0.25, 0.15 of 0.9; never token 3
+    assert (tokens != 3).all()
+    assert_frequencies(tokens, torch.tensor([0.5, 0.25, 0.15, 0.0]) / 0.9)
+    assert torch.allclose(logp, (P[0] / 0.9).log()[tokens])  # log-probs under what was drawn from
+    assert torch.allclose(mass, torch.full_like(mass, 0.1))  # what top_p cut, under the scored distribution
+    tokens, _, mass = draw(None)  # no controls: the model's own distribution, no mass reported
+    assert_frequencies(tokens, P[0]) and mass is None
+
+
+def test_the_truncated_mass_is_measured_at_the_temperature_the_loss_scores_at():
+    from grpo_kit.model.sampling import SamplingControls
+
+    # at temperature 2 the scored probabilities are sqrt(p) renormalised: 0.7071, 0.5, 0.3873, 0.3162 over 1.9106;
+    # top_k 2 cuts (0.3873 + 0.3162) / 1.9106 = 0.3682 (at temperature 1 it would be 0.25)
+    tokens, _, mass = draw(SamplingControls(top_k=2), n=4, temperature=2.0)
+    assert (tokens < 2).all() and torch.allclose(mass, torch.full_like(mass, 0.3682), atol=1e-4)
+
+
+def test_the_repetition_penalty_in_the_sampler():
+    from grpo_kit.model.sampling import SamplingControls
+
+    # the prompt holds token 0 (logit log 0.5 < 0): penalty 2 doubles it, so token 0 weighs 0.25 like token 1;
+    # renormalised over 0.75: 1/3, 1/3, 0.2, 0.1333. Nothing is cut: the truncated mass is 0
+    tokens, logp, mass = draw(SamplingControls(repetition_penalty=2.0))
+    want = torch.tensor([0.25, 0.25, 0.15, 0.1]) / 0.75
+    assert_frequencies(tokens, want)
+    assert torch.allclose(logp, want.log()[tokens]) and (mass == 0).all()
+    # greedy rows: penalty 3 makes token 0 weigh 0.125 and token 1 (0.25) the argmax; without it, token 0
+    assert draw(SamplingControls(repetition_penalty=3.0), n=2, temperature=0.0)[0].tolist() == [1, 1]
+    assert draw(None, n=2, temperature=0.0)[0].tolist() == [0, 0]
 
 
 def test_top_k_one_samples_the_greedy_answer_and_no_controls_change_nothing():
@@ -95,23 +176,11 @@ def test_top_k_one_samples_the_greedy_answer_and_no_controls_change_nothing():
     assert plain.completions == off.completions and off.truncated_mass is None
 
 
-def test_a_run_with_top_p_and_top_k_logs_the_truncated_mass():
+def test_top_p_cuts_at_most_one_minus_top_p_at_every_position():
     from grpo_kit import GRPOConfig, setup, train
 
-    common = dict(steps=2, num_prompts=2, num_generations=4, eval_every=0, eval_size=4, threads=1, checkpoint_every=0)
-    cfg = GRPOConfig(**common, top_p=0.9, top_k=20)  # the settings TRL users bring (the tiny model has 99 tokens)
+    # top_p keeps the token that crosses it, so at least 90% of each position's mass stays
+    cfg = GRPOConfig(steps=2, num_prompts=2, num_generations=4, eval_every=0, eval_size=4, threads=1,
+                     checkpoint_every=0, top_p=0.9)
     history = list(train(cfg, setup(cfg)))
-    assert len(history) == 2 and all(0.0 < m["sampling/truncated_mass"] < 1.0 for m in history)
-    cfg = GRPOConfig(**common, top_p=0.9)  # top_p alone keeps at least 90% of each token's distribution
-    assert all(m["sampling/truncated_mass"] <= 0.1 + 1e-6 for m in train(cfg, setup(cfg)))
-    plain = GRPOConfig(**common)
-    assert all("sampling/truncated_mass" not in m for m in train(plain, setup(plain)))
-
-
-@pytest.mark.parametrize("field, value", [("top_p", 0.0), ("top_k", -1), ("min_p", 1.0), ("repetition_penalty", 0.0)])
-def test_the_config_refuses_a_control_out_of_range(field, value):
-    from grpo_kit import GRPOConfig
-    from grpo_kit.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=field):
-        GRPOConfig(**{field: value}).validate()
+    assert len(history) == 2 and all(0.0 < m["sampling/truncated_mass"] <= 0.1 + 1e-6 for m in history)
