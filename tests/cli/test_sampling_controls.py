@@ -1,5 +1,5 @@
 """The sampling controls on the command line: ``grpo-kit eval``'s flags (checked by GRPOConfig's rules, passed to
-the sampler)."""
+the sampler) and a ``grpo-kit train`` run from a YAML config that samples with top_p and top_k."""
 from __future__ import annotations
 
 import json
@@ -69,3 +69,22 @@ def test_top_k_one_makes_every_sample_the_greedy_completion(capsys, items):
     code, out, _ = run_cli(capsys, "eval", "--dataset", items, "--samples", 4)
     r = json.loads(out)
     assert code == 0 and r["pass@4"] > r["pass@1"]
+
+
+RUN = "steps: 2\nnum_prompts: 2\nnum_generations: 4\neval_size: 4\neval_every: 0\ncheckpoint_every: 0\nthreads: 1\n" \
+      "device: cpu\n"
+
+
+def history(tmp_path, capsys, yaml_text: str, name: str) -> list[dict]:
+    (tmp_path / f"{name}.yaml").write_text(yaml_text)
+    code, _, err = run_cli(capsys, "train", "--config", tmp_path / f"{name}.yaml", "--out", tmp_path / name)
+    assert code == 0, err
+    return [json.loads(line) for line in (tmp_path / name / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_run_sampling_with_top_p_and_top_k_logs_the_truncated_mass(tmp_path, capsys):
+    steps = history(tmp_path, capsys, RUN + "top_p: 0.9\ntop_k: 20\n", "truncated")
+    assert len(steps) == 2 and all(0.0 < m["sampling/truncated_mass"] < 1.0 for m in steps)
+    # no control set: the sampler draws from the distribution the loss scores, and the metric is not logged
+    plain = history(tmp_path, capsys, RUN, "plain")
+    assert len(plain) == 2 and all("sampling/truncated_mass" not in m for m in plain)
