@@ -65,6 +65,26 @@ def _seconds(s: str) -> float:
     return v
 
 
+def _number(s: str) -> int | float:
+    """A whole number as an int, any other number as a float: the config's rule for the field then judges it."""
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+
+
+# grpo-kit eval's sampling flags: (GRPOConfig field, type, default (off), what it does)
+EVAL_SAMPLING = (("temperature", float, 1.0, "sampling temperature"),
+                 ("top_k", int, 0, "keep the k most likely tokens"),
+                 ("top_p", float, 1.0, "nucleus: the most likely tokens up to this probability mass"),
+                 ("min_p", float, 0.0, "drop tokens under min_p x the top token's probability"),
+                 ("repetition_penalty", float, 1.0, "CTRL's penalty on tokens already in the prompt or completion"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="grpo-kit", description="Learn and experiment with GRPO on a tiny model or a real one.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -104,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "that appeared first among the samples)")
     e.add_argument("--batch-size", type=_positive_int, default=512,
                    help="completions generated at once (lower it when memory is short; default 512)")
+    for name, _, off, what in EVAL_SAMPLING:  # GRPOConfig's fields of these names, checked by their rules
+        e.add_argument("--" + name.replace("_", "-"), type=_number, default=None,
+                       help=f"{what}, for --samples / --self-consistency ({'default' if name == 'temperature' else 'off'}: "
+                            f"{off}; the rule of GRPOConfig.{name})")
     x = sub.add_parser("export", help="write a run's latest model (LoRA merged), tokenizer and generation config to a folder "
                                           "that from_pretrained and vLLM load")
     x.add_argument("--run", required=True)
@@ -375,6 +399,27 @@ def _stopped_early(summary: dict, cfg, out) -> int:
     return 130
 
 
+def _eval_sampling(args):
+    """``grpo-kit eval``'s temperature and :class:`SamplingControls`, each flag checked by the rule of the
+    GRPOConfig field of its name (the config's own error, after the flag); they act on sampled completions
+    only, so a flag without ``--samples`` or ``--self-consistency`` is refused."""
+    from grpo_kit.config import GRPOConfig
+    from grpo_kit.errors import ConfigError
+    from grpo_kit.model.sampling import SamplingControls
+
+    given = {name: getattr(args, name) for name, *_ in EVAL_SAMPLING if getattr(args, name) is not None}
+    for name, value in given.items():
+        try:
+            GRPOConfig(**{name: value}).validate()
+        except ConfigError as e:
+            raise UsageError(f"--{name.replace('_', '-')}: {e}") from None
+    if given and not (args.samples or args.self_consistency):
+        raise UsageError(f"--{next(iter(given)).replace('_', '-')} sets how completions are sampled, and greedy "
+                         f"accuracy samples none; add --samples K or --self-consistency K")
+    values = {name: kind(given.get(name, off)) for name, kind, off, _ in EVAL_SAMPLING}
+    return values.pop("temperature"), SamplingControls(**values)
+
+
 def cmd_eval(args) -> int:
     from grpo_kit.data.tasks import heldout_split, load_items
     from grpo_kit.eval.inference import greedy_accuracy, pass_at_k_eval
@@ -384,6 +429,7 @@ def cmd_eval(args) -> int:
         raise UsageError("--batch-size must be at least 1")
     if args.self_consistency == 1:
         raise UsageError("--self-consistency 1 is one sample, no vote; pass K >= 2 (or 0 for none)")
+    temperature, controls = _eval_sampling(args)
     model, tok = load_model(args.model)
     items = load_items(args.dataset) if args.dataset else heldout_split(args.task)
     if args.dataset:
@@ -392,11 +438,13 @@ def cmd_eval(args) -> int:
     acc = greedy_accuracy(model, tok, items, batch_size=args.batch_size)
     result = {"items": len(items), "greedy_accuracy": acc}
     if args.samples:
-        result.update(pass_at_k_eval(model, tok, items, args.samples, batch_size=args.batch_size))
+        result.update(pass_at_k_eval(model, tok, items, args.samples, temperature, batch_size=args.batch_size,
+                                     controls=controls))
     if args.self_consistency:
         from grpo_kit.eval.inference import self_consistency_eval
 
-        result.update(self_consistency_eval(model, tok, items, args.self_consistency, batch_size=args.batch_size))
+        result.update(self_consistency_eval(model, tok, items, args.self_consistency, temperature,
+                                            batch_size=args.batch_size, controls=controls))
     print(json.dumps(result))
     return 0
 

@@ -207,6 +207,16 @@ class GRPOConfig:
     temperature: float | list[float] = 1.0
     """Sampling temperature; a list gives each group a mix (cycled over its G completions; TRL has one
     temperature, so ``trl_kwargs()`` refuses a list)."""
+    top_k: int = whole(0, 0, why=" (0 turns it off)")
+    """Sample only from the k most likely tokens (TRL's and vLLM's ``top_k``); 0 is off. The loss still
+    scores tokens under the temperature-scaled full distribution, as TRL does: the gap is logged as
+    ``sampling/truncated_mass`` (``grpo_kit.model.truncation``)."""
+    top_p: float = real(1.0, "in (0, 1] (1.0 turns it off)", lambda v: 0 < v <= 1)
+    """Nucleus sampling (TRL's and vLLM's ``top_p``): the smallest set of likely tokens reaching this mass; 1.0 is off."""
+    min_p: float = real(0.0, "in [0, 1) (0 turns it off)", lambda v: 0 <= v < 1)
+    """Drop tokens below ``min_p`` times the most likely token's probability (TRL's and vLLM's ``min_p``); 0 is off."""
+    repetition_penalty: float = real(1.0, "> 0 (1.0 turns it off)", lambda v: v > 0)
+    """CTRL's penalty on tokens already in the prompt or completion (TRL's and vLLM's ``repetition_penalty``); 1.0 is off."""
 
     # --- the objective
     scale_rewards: Literal["group", "batch", "none"] = "none"

@@ -5,8 +5,8 @@
 
 The folder holds plain transformers weights (a LoRA run's adapter is merged into the base:
 W + (alpha / r) B A, ``lora.merge_adapter``), the tokenizer, and a ``generation_config.json``
-that samples as the run did: ``temperature``, ``top_p`` 1 and no top-k (the kit's sampler
-draws from the full distribution), ``max_new_tokens`` = ``max_completion_length``.
+that samples as the run did: ``temperature``, ``top_k``, ``top_p``, ``min_p`` and
+``repetition_penalty`` (off unless the run set them), ``max_new_tokens`` = ``max_completion_length``.
 """
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def generation_config(run_config: dict, tokenizer):
     from transformers import GenerationConfig
 
     return GenerationConfig(do_sample=True, temperature=sampling_temperature(run_config["temperature"]),
-                            top_p=1.0, top_k=0, max_new_tokens=int(run_config["max_completion_length"]),
+                            top_p=float(run_config.get("top_p", 1.0)), top_k=int(run_config.get("top_k", 0)),
+                            min_p=float(run_config.get("min_p", 0.0)) or None,
+                            repetition_penalty=float(run_config.get("repetition_penalty", 1.0)),
+                            max_new_tokens=int(run_config["max_completion_length"]),
                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                             bos_token_id=tokenizer.bos_token_id)
 

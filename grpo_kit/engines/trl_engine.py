@@ -76,7 +76,10 @@ def trl_kwargs(cfg: GRPOConfig) -> dict:
       micro-batches of ``per_device_train_batch_size = micro_batch_size`` rows;
     - the LR schedule advances per optimizer update in both (``lr_schedule``);
     - the KL term is not importance-weighted (``use_bias_correction_kl=False``, see ``beta``);
-    - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8), plain sampling (top_k 0, top_p 1).
+    - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8);
+    - the sampling controls under the same names (``min_p`` 0, the kit's off, is TRL's None); TRL
+      scores the sampled tokens under the full distribution as the kit does (``loop/step.py``,
+      ``fixed_logprobs``; ``tests/engines/test_trl_sampling.py`` runs TRL's code).
 
     Refused (ConfigError) because TRL cannot express it: a list of temperatures (TRL has one);
     a KL estimator other than k3; an advantage estimator TRL lacks; and, with more than one
@@ -116,7 +119,8 @@ def trl_kwargs(cfg: GRPOConfig) -> dict:
         else "sum_then_normalize",
         "num_generations": cfg.num_generations,
         "max_completion_length": cfg.max_completion_length,
-        "temperature": cfg.temperature, "top_k": 0, "top_p": 1.0,
+        "temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p,
+        "min_p": cfg.min_p or None, "repetition_penalty": cfg.repetition_penalty,
         "scale_rewards": cfg.scale_rewards, "loss_type": cfg.loss_type, "beta": cfg.beta,
         "use_bias_correction_kl": False,
         "epsilon": cfg.epsilon, "epsilon_high": cfg.epsilon_high, "delta": cfg.delta,

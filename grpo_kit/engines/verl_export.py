@@ -125,6 +125,9 @@ def verl_overrides(cfg, max_prompt_length: int = 512, rollout: str = "vllm") -> 
         refuse("mask_truncated_completions", "verl's trainer has no such switch; set it to false")
     if isinstance(cfg.temperature, list):
         refuse("temperature", "verl samples every completion at one temperature; give a single number")
+    if cfg.min_p or cfg.repetition_penalty != 1.0:
+        refuse("min_p" if cfg.min_p else "repetition_penalty",
+               "verl's rollout config has top_k and top_p only; set min_p 0 and repetition_penalty 1.0")
     if cfg.importance_sampling_level == "sequence" and cfg.delta is not None:
         refuse("delta", "verl's GSPO loss has no dual clip; set delta to null for importance_sampling_level "
                         "'sequence'")
@@ -152,8 +155,8 @@ def verl_overrides(cfg, max_prompt_length: int = 512, rollout: str = "vllm") -> 
         rollout_ + "name": rollout,
         rollout_ + "n": cfg.num_generations,
         rollout_ + "temperature": cfg.temperature,
-        rollout_ + "top_k": -1,
-        rollout_ + "top_p": 1.0,
+        rollout_ + "top_k": cfg.top_k or -1,  # verl's off is -1
+        rollout_ + "top_p": cfg.top_p,
         rollout_ + "seed": cfg.seed,
         actor + "ppo_mini_batch_size": cfg.num_prompts,
         actor + "ppo_micro_batch_size_per_gpu": cfg.micro_batch_size or cfg.batch_size,

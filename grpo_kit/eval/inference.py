@@ -5,7 +5,7 @@ import torch
 
 from grpo_kit.data.tasks import RESERVED_COLUMNS, check_columns, columns_of  # noqa: F401  (re-exported: their old home)
 from grpo_kit.errors import DataError
-from grpo_kit.model.sampling import render_prompt, sample_groups
+from grpo_kit.model.sampling import SamplingControls, render_prompt, sample_groups
 from grpo_kit.rewards.judges import exact_answer
 
 
@@ -78,10 +78,13 @@ def greedy_accuracy(model, tokenizer, items: list[dict], max_new_tokens: int | N
 
 
 def _sampled_groups(model, tokenizer, items: list[dict], k: int, temperature: float, seed: int,
-                    max_new_tokens: int | None, batch_size: int, what: str):
+                    max_new_tokens: int | None, batch_size: int, what: str,
+                    controls: SamplingControls | None = None):
     """Yield ``(chunk, prompts, completions)``: k sampled completions per item of ``chunk``, item by
-    item (k * len(chunk) of each). At most ``batch_size`` completions are generated at once (a
-    large k is split into several passes over one item), so memory does not grow with k."""
+    item (k * len(chunk) of each), drawn at ``temperature`` with the sampling ``controls`` (top-k,
+    top-p, min-p, repetition penalty: ``model/truncation.py``). At most ``batch_size`` completions
+    are generated at once (a large k is split into several passes over one item), so memory does
+    not grow with k."""
     gen = torch.Generator(next(model.parameters()).device).manual_seed(seed)
     budget = max_new_tokens or max_answer_tokens(items)
     batch_size = max(1, batch_size)
@@ -91,13 +94,13 @@ def _sampled_groups(model, tokenizer, items: list[dict], k: int, temperature: fl
     for i in range(0, len(items), per):
         chunk = items[i:i + per]
         if k <= batch_size:
-            r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen)
+            r = sample_groups(model, tokenizer, [it["prompt"] for it in chunk], k, budget, temperature, gen, controls)
             yield chunk, r.prompts, r.completions
         else:  # one item, k samples in passes of batch_size
             prompts, completions = [], []
             for done in range(0, k, batch_size):
                 r = sample_groups(model, tokenizer, [chunk[0]["prompt"]], min(batch_size, k - done), budget,
-                                  temperature, gen)
+                                  temperature, gen, controls)
                 prompts += r.prompts
                 completions += r.completions
             yield chunk, prompts, completions
@@ -105,8 +108,10 @@ def _sampled_groups(model, tokenizer, items: list[dict], k: int, temperature: fl
 
 @torch.no_grad()
 def pass_at_k_eval(model, tokenizer, items: list[dict], k: int, temperature: float = 1.0,
-                   seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512) -> dict:
-    """Sample k completions per item; mean unbiased pass@1 and pass@k (Chen et al. 2021).
+                   seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512,
+                   controls: SamplingControls | None = None) -> dict:
+    """Sample k completions per item (at ``temperature``, with the sampling ``controls``); mean
+    unbiased pass@1 and pass@k (Chen et al. 2021).
 
     At most ``batch_size`` completions are generated at once (a large k is split into several
     passes over one item), so memory does not grow with k.
@@ -115,7 +120,7 @@ def pass_at_k_eval(model, tokenizer, items: list[dict], k: int, temperature: flo
 
     p1 = pk = 0.0
     for chunk, prompts, completions in _sampled_groups(model, tokenizer, items, k, temperature, seed,
-                                                       max_new_tokens, batch_size, f"pass@{k}"):
+                                                       max_new_tokens, batch_size, f"pass@{k}", controls):
         scores = exact_answer(prompts, completions, **columns_of(chunk, repeat=k))
         for j in range(len(chunk)):
             c = int(sum(scores[j * k:(j + 1) * k]))
@@ -146,8 +151,9 @@ def majority_vote(answers: list) -> int | None:
 
 @torch.no_grad()
 def self_consistency_eval(model, tokenizer, items: list[dict], k: int, temperature: float = 1.0,
-                          seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512) -> dict:
-    """Sample k completions per item, read each one's answer with the task's extractor
+                          seed: int = 0, max_new_tokens: int | None = None, batch_size: int = 512,
+                          controls: SamplingControls | None = None) -> dict:
+    """Sample k completions per item (at ``temperature``, with the sampling ``controls``), read each one's answer with the task's extractor
     (:func:`judges.stated_answers`), take the :func:`majority_vote` and score the voted
     completion with ``exact_answer`` (the judge of greedy accuracy). An item where no sample
     states an answer counts as wrong. Returns ``{"self_consistency@k": accuracy, "samples": k}``."""
@@ -155,7 +161,8 @@ def self_consistency_eval(model, tokenizer, items: list[dict], k: int, temperatu
 
     right = 0.0
     for chunk, prompts, completions in _sampled_groups(model, tokenizer, items, k, temperature, seed,
-                                                       max_new_tokens, batch_size, f"self-consistency@{k}"):
+                                                       max_new_tokens, batch_size, f"self-consistency@{k}",
+                                                       controls):
         cols = columns_of(chunk, repeat=k)
         answers = stated_answers(completions, cols.get("reverse_digits"), cols.get("scratchpad"))
         for j, it in enumerate(chunk):

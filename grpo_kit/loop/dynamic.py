@@ -26,7 +26,12 @@ import torch
 from grpo_kit.core.advantages import zero_std_groups
 from grpo_kit.data.tasks import columns_of
 from grpo_kit.loop.step import run_autocast
-from grpo_kit.model.sampling import Rollouts, render_prompt, sample_groups
+from grpo_kit.model.sampling import (
+    Rollouts,
+    SamplingControls,
+    render_prompt,
+    sample_groups,
+)
 from grpo_kit.rewards.judges import is_conversational, score, trl_reward_kwargs
 
 # ---------------------------------------------------------------- the stopping rule and the choice (pure)
@@ -65,7 +70,8 @@ def take_groups(r: Rollouts, groups: list[int]) -> Rollouts:
     rows = [p * G + g for p in groups for g in range(G)]
     idx = torch.tensor(rows, dtype=torch.long, device=r.prompt_ids.device)
     return Rollouts(r.prompt_ids[idx], r.prompt_mask[idx], r.completion_ids[idx], r.completion_mask[idx],
-                    r.is_truncated[idx], [r.prompts[i] for i in rows], [r.completions[i] for i in rows], G)
+                    r.is_truncated[idx], [r.prompts[i] for i in rows], [r.completions[i] for i in rows], G,
+                    truncated_mass=r.truncated_mass[idx] if r.truncated_mass is not None else None)
 
 
 def pad_to(x: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
@@ -91,7 +97,9 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([pad_to(p.completion_ids, Tc, pad_id, False) for p in parts]),  # (B, Tc)
         torch.cat([pad_to(p.completion_mask, Tc, 0, False) for p in parts]),
         torch.cat([p.is_truncated for p in parts]),
-        [s for p in parts for s in p.prompts], [s for p in parts for s in p.completions], G)
+        [s for p in parts for s in p.prompts], [s for p in parts for s in p.completions], G,
+        truncated_mass=(torch.cat([pad_to(p.truncated_mass, Tc, 0.0, False) for p in parts])  # (B, Tc)
+                        if all(p.truncated_mass is not None for p in parts) else None))
 
 
 # ---------------------------------------------------------------- one step's batch
@@ -112,7 +120,8 @@ def collect_groups(run, cfg, items: list[dict], reward_funcs, reward_log=None, t
     P, G = len(items), cfg.num_generations
     with run_autocast(cfg, next(run.policy.parameters()).device):  # sample with the dtypes that score
         ro = sample_groups(run.policy, run.tokenizer, [render_prompt(run.tokenizer, it["prompt"]) for it in items],
-                           G, cfg.max_completion_length, cfg.temperature, run.sample_gen)
+                           G, cfg.max_completion_length, cfg.temperature, run.sample_gen,
+                           SamplingControls(cfg.top_k, cfg.top_p, cfg.min_p, cfg.repetition_penalty))
     prompts, completions = ro.prompts, ro.completions
     if is_conversational(items[0]["prompt"]):  # reward functions see TRL's conversational format
         prompts = [it["prompt"] for it in items for _ in range(G)]

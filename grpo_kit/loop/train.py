@@ -305,6 +305,9 @@ def step_metrics(run: Run, plan, batch: dynamic.Batch, adv: torch.Tensor, reward
     per_sample = beyond_scalar.per_completion(adv, fresh.completion_mask)  # (P, G): token advantages averaged
     metrics.update(length_metrics(fresh.lengths, fresh.is_truncated, per_sample.reshape(-1), correct))  # fresh rows
     metrics["completions/distinct_frac"] = distinct_frac(fresh.completions, G)
+    if fresh.truncated_mass is not None:  # top_k / top_p / min_p / repetition_penalty: the off-policy gap
+        m = fresh.completion_mask.float()  # (B, Tc)
+        metrics["sampling/truncated_mass"] = float((fresh.truncated_mass * m).sum() / m.sum().clamp(min=1))
     metrics["advantages/max_abs"] = adv.abs().max().item()
     metrics["samples"] = group_samples(fresh.prompts, fresh.completions, batch.rewards, per_sample)  # first group
     if cfg.log_completions and run.step % cfg.log_completions_every == 0:  # every group: completions.jsonl

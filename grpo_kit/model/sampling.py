@@ -8,8 +8,9 @@ device (``torch.multinomial`` draws on the device of the probabilities).
 
 Sampling runs under whatever autocast the caller set (``train.grpo_step`` uses the run's, the
 one scoring uses: see the dtype policy in ``step.py``); the sampling distribution is the
-float32 softmax of the last position's logits over the temperature, and
-``Rollouts.sampling_logp`` keeps the log-prob of each sampled token under it.
+float32 softmax of the last position's logits over the temperature (narrowed by the sampling
+controls when a run sets them: ``truncation.py``), and ``Rollouts.sampling_logp`` keeps the
+log-prob of each sampled token under it.
 
 The completion mask is 1 up to and including the first EOS and 0 after it; a row that never
 emits EOS within ``max_new_tokens`` is *truncated* (``is_truncated``).
@@ -21,6 +22,30 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+
+from grpo_kit.model.truncation import (
+    check_sampling_controls,
+    keep_mask,
+    penalize_repeats,
+    truncated_mass,
+)
+
+
+@dataclass(frozen=True)
+class SamplingControls:
+    """``top_k`` (0 off), ``top_p`` (1.0 off), ``min_p`` (0 off), ``repetition_penalty`` (1.0 off): see
+    truncation.py. A value out of its range is a ValueError (GRPOConfig's rule for the field)."""
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        check_sampling_controls(self.top_k, self.top_p, self.min_p, self.repetition_penalty)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.top_k) or self.top_p < 1.0 or self.min_p > 0.0 or self.repetition_penalty != 1.0
 
 
 @dataclass
@@ -34,6 +59,7 @@ class Rollouts:
     completions: list[str]         # (B,) decoded completion text, special tokens removed
     num_generations: int           # G
     sampling_logp: torch.Tensor | None = None  # (B, Tc) float32 log-prob of each token when it was sampled
+    truncated_mass: torch.Tensor | None = None  # (B, Tc) with sampling controls: mass the sampler could not draw
 
     @property
     def num_prompts(self) -> int:
@@ -114,7 +140,7 @@ def prefill(model, prompt_ids, prompt_mask, group_size: int = 1, **kwargs):
 @torch.no_grad()
 def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int,
              temperature=1.0, generator: torch.Generator | None = None, group_size: int = 1,
-             return_logp: bool = False):
+             return_logp: bool = False, controls: SamplingControls | None = None):
     """Sample continuations; ``temperature`` is a float or a (B, 1) tensor, 0 means greedy.
 
     ``group_size``: rows come in runs of this many identical prompts (see :func:`prefill`);
@@ -128,9 +154,16 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     ``sampling_logp`` within 2.4e-6), so a token can only change when its draw falls within
     rounding of a boundary between two tokens.
 
+    ``controls`` (:class:`SamplingControls`; ``truncation.py`` says what each does and which
+    distribution the loss scores under) narrow the distribution each token is drawn from; with
+    none active the draws are exactly those of plain temperature sampling. A repetition penalty
+    also changes greedy rows' argmax (as in Hugging Face ``generate`` and vLLM); top-k, top-p and
+    min-p always keep the most likely token, so they leave greedy rows alone.
+
     Returns completion_ids (B, Tc) and completion_mask (B, Tc), Tc <= max_new_tokens; with
     ``return_logp`` also (B, Tc) float32 log-probs of the sampled tokens under the sampling
-    distribution (log-softmax of logits / temperature; 0 on greedy rows).
+    distribution (log-softmax of logits / temperature, after the controls; 0 on greedy rows), and
+    with active controls (B, Tc) the truncated mass of each token (``truncation.truncated_mass``).
     """
     B = prompt_ids.shape[0]
     device = prompt_ids.device
@@ -142,11 +175,21 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
     logits = out.logits[:, -1, :].float()  # (B, V) next-token logits of every row
     live = torch.arange(B, device=device)  # (A,) rows the cache holds: those still decoding
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
-    tokens, logps = [], []
+    tokens, logps, cut = [], [], []
+    active = controls is not None and controls.active
+    penalty = controls.repetition_penalty if active else 1.0
+    if penalty != 1.0:  # (B, V) tokens already in each row: its prompt, then its own
+        seen = torch.zeros(B, logits.shape[-1], device=device).scatter_add_(1, prompt_ids, attn.float()) > 0
     for t in range(max_new_tokens):
-        tok = logits.argmax(-1)  # (B,)
+        raw = penalize_repeats(logits, seen, penalty) if penalty != 1.0 else logits  # (B, V) greedy rows too
+        tok = raw.argmax(-1)  # (B,)
         if not bool(greedy.all()):  # greedy decoding draws no random numbers
-            z = logits / temps.clamp(min=1e-6)  # (B, V)
+            z = raw / temps.clamp(min=1e-6)  # (B, V)
+            if active:
+                keep = keep_mask(z, controls.top_k, controls.top_p, controls.min_p)  # (B, V)
+                z = z.masked_fill(~keep, float("-inf"))
+                scored = logits / temps.clamp(min=1e-6)  # (B, V) the distribution the loss scores the token under
+                cut.append(torch.where(greedy.squeeze(-1), torch.zeros(B, device=device), truncated_mass(scored, keep)))
             probs = torch.softmax(z, dim=-1)  # (B, V)
             sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
             tok = torch.where(greedy.squeeze(-1), tok, sampled)  # (B,)
@@ -157,6 +200,8 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
             logps.append(torch.zeros(B, device=device))
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
+        if penalty != 1.0:
+            seen[torch.arange(B, device=device), tok] |= ~done
         done = done | (tok == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
@@ -171,6 +216,9 @@ def generate(model, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, p
         logits = logits.index_copy(0, live, out.logits[:, -1, :].float())  # (B, V) ended rows keep stale logits
     completion_ids = torch.stack(tokens, dim=1)  # (B, Tc)
     completion_mask = completion_mask_from_ids(completion_ids, eos_id)  # (B, Tc)
+    if return_logp and active:
+        return (completion_ids, completion_mask, torch.stack(logps, dim=1) * completion_mask,  # (B, Tc) each
+                torch.stack(cut, dim=1) * completion_mask if cut else torch.zeros_like(completion_mask, dtype=torch.float32))
     if return_logp:
         return completion_ids, completion_mask, torch.stack(logps, dim=1) * completion_mask  # (B, Tc)
     return completion_ids, completion_mask
@@ -220,8 +268,9 @@ def encode_prompts(tokenizer, prompts: list[str], device):
 
 
 def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, max_new_tokens: int,
-                  temperature=1.0, generator: torch.Generator | None = None) -> Rollouts:
-    """G completions for each of P prompts, in one batch of B = P * G rows."""
+                  temperature=1.0, generator: torch.Generator | None = None,
+                  controls: SamplingControls | None = None) -> Rollouts:
+    """G completions for each of P prompts, in one batch of B = P * G rows (``controls``: see :func:`generate`)."""
     if num_generations < 1:
         raise ValueError(f"num_generations={num_generations}: need at least 1")
     device = next(model.parameters()).device
@@ -235,12 +284,13 @@ def sample_groups(model, tokenizer, prompts: list[str], num_generations: int, ma
     temps = row_temperatures(temperature, P, G, device)  # (B, 1)
     was_training = model.training
     model.eval()
-    completion_ids, completion_mask, sampling_logp = generate(
-        model, prompt_ids, prompt_mask, max_new_tokens, tokenizer.eos_token_id,
-        tokenizer.pad_token_id, temps, generator, group_size=G, return_logp=True)
+    out = generate(model, prompt_ids, prompt_mask, max_new_tokens, tokenizer.eos_token_id,
+                   tokenizer.pad_token_id, temps, generator, group_size=G, return_logp=True, controls=controls)
+    completion_ids, completion_mask, sampling_logp = out[:3]
+    cut = out[3] if len(out) > 3 else None
     model.train(was_training)
     has_eos = ((completion_ids == tokenizer.eos_token_id) & completion_mask.bool()).any(-1)  # (B,)
     texts = tokenizer.batch_decode(completion_ids * completion_mask + tokenizer.pad_token_id * (1 - completion_mask),
                                    skip_special_tokens=True)
     return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, ~has_eos, rows, texts, G,
-                    sampling_logp)
+                    sampling_logp, cut)

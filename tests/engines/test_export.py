@@ -53,3 +53,15 @@ def test_export_loads_with_from_pretrained_and_computes_what_the_run_does(tmp_pa
     assert (g.do_sample, g.temperature, g.top_p, g.top_k, g.max_new_tokens) == (True, 0.7, 1.0, 0, 6)
     assert g.eos_token_id == tok.eos_token_id and g.pad_token_id == tok.pad_token_id
     assert json.loads((exp / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_the_generation_config_carries_the_runs_sampling_controls():
+    from grpo_kit.engines.export import generation_config
+
+    tok = load_model("tiny")[1]
+    run = {"temperature": 0.7, "max_completion_length": 6, "top_k": 20, "top_p": 0.9, "min_p": 0.05,
+           "repetition_penalty": 1.1}
+    g = generation_config(run, tok)
+    assert (g.temperature, g.top_k, g.top_p, g.min_p, g.repetition_penalty) == (0.7, 20, 0.9, 0.05, 1.1)
+    old = generation_config({"temperature": 0.7, "max_completion_length": 6}, tok)  # a run from before the controls
+    assert (old.top_k, old.top_p, old.min_p, old.repetition_penalty) == (0, 1.0, None, 1.0)

@@ -93,6 +93,10 @@ def test_the_mapping_by_hand():
     assert g[a + "policy_loss.loss_mode"] == "gspo" and g[a + "loss_agg_mode"] == "seq-mean-token-mean"
     assert g[a + "ppo_epochs"] == 2
     assert Path(d["actor_rollout_ref.model.path"], "config.json").is_file()  # "tiny": the shipped folder
+    r = "actor_rollout_ref.rollout."
+    assert (d[r + "top_k"], d[r + "top_p"]) == (-1, 1.0)  # verl's "off" for top-k is -1, the kit's 0
+    t = verl_overrides(GRPOConfig(top_k=20, top_p=0.9))
+    assert (t[r + "top_k"], t[r + "top_p"]) == (20, 0.9)
 
 
 @pytest.mark.parametrize("change, field", [
@@ -100,7 +104,8 @@ def test_the_mapping_by_hand():
     ({"loss_type": "bnpo"}, "loss_type"), ({"mask_truncated_completions": True}, "mask_truncated_completions"),
     ({"temperature": [0.7, 1.0]}, "temperature"), ({"importance_sampling_level": "sequence", "delta": 2.0}, "delta"),
     ({"reward_funcs": [{"function": "grpo_kit.rewards.judges:distinct_n_reward", "args": {"n": 2}}]}, "reward_funcs"),
-    ({"num_iterations": 2}, "num_iterations"), ({"dynamic_sampling": True}, "dynamic_sampling")])
+    ({"num_iterations": 2}, "num_iterations"), ({"dynamic_sampling": True}, "dynamic_sampling"),
+    ({"min_p": 0.05}, "min_p"), ({"repetition_penalty": 1.1}, "repetition_penalty")])
 def test_what_verl_cannot_express_is_refused(change, field):
     with pytest.raises(ConfigError, match=field):
         verl_overrides(GRPOConfig(**change))
