@@ -346,13 +346,19 @@ def cmd_demo(args) -> int:
 
 def cmd_train(args) -> int:
     from grpo_kit.config import GRPOConfig
-    from grpo_kit.loop.checks import check_config
 
     cfg = GRPOConfig.from_yaml(args.config)
     changes = {k: v for k, v in {"model": args.model, "dataset": args.dataset, "dataset_split": args.dataset_split,
                                  "dataset_config": args.dataset_config, "steps": args.steps}.items()
                if v is not None}
-    cfg = check_config(cfg.replace(**changes))  # every name it gives, before a folder is made or a model loaded
+    cfg = cfg.replace(**changes)
+    if cfg.dataset is not None:  # needs no torch: a Hub name offline (or a missing file) fails in a fraction of a second
+        from grpo_kit.data.sources import check_source, hub_reachable, source_of
+
+        check_source(source_of(cfg.dataset), cfg.dataset_split, cfg.dataset_config, online=hub_reachable)
+    from grpo_kit.loop.checks import check_config  # imports torch
+
+    cfg = check_config(cfg)  # every name it gives, before a folder is made or a model loaded
     if args.trl_arg and args.engine != "trl":
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -63,6 +64,32 @@ class Source:
     def path(self) -> str:
         """A file or folder source's path, ``~`` expanded."""
         return os.path.expanduser(str(self.spec))
+
+
+_REACHABLE: dict[str, bool] = {}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds (cached).
+
+    With ``HF_HUB_OFFLINE`` set: False. Behind a proxy (``HTTPS_PROXY``/``ALL_PROXY``) the answer
+    cannot be known from here: True, and the hub client decides.
+    """
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
+    if host not in _REACHABLE:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            _REACHABLE[host] = True
+        except OSError:
+            _REACHABLE[host] = False
+    return _REACHABLE[host]
 
 
 def source_of(spec) -> Source:

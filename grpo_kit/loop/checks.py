@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.core.advantages import ESTIMATORS
-from grpo_kit.data.sources import check_source, source_of
+from grpo_kit.data.sources import check_source, hub_reachable, source_of
 from grpo_kit.data.tasks import TASKS, task_names
 from grpo_kit.loop.beyond_scalar import check_pairwise_judge, check_step_judge
 from grpo_kit.loop.schedules import check_schedule_names, samples_per_step
 from grpo_kit.model.lora import check_lora
-from grpo_kit.model.tiny import hub_reachable
 from grpo_kit.rewards.judges import check_reward_spec
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import string
 from pathlib import Path
 
 import torch
 
 from grpo_kit.data.runfolder import quote
+from grpo_kit.data.sources import hub_reachable  # noqa: F401  (here too: load_model asks it)
 from grpo_kit.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -140,30 +140,6 @@ def resolve_model(name_or_path: str | Path = "tiny", warn: bool = True) -> Path 
     return text
 
 
-_REACHABLE: dict[str, bool] = {}
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds (cached).
-
-    With ``HF_HUB_OFFLINE`` set: False. Behind a proxy (``HTTPS_PROXY``/``ALL_PROXY``) the answer
-    cannot be known from here: True, and the hub client decides.
-    """
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
-    if host not in _REACHABLE:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            _REACHABLE[host] = True
-        except OSError:
-            _REACHABLE[host] = False
-    return _REACHABLE[host]
 
 
 def first_line(e: BaseException) -> str:
