@@ -15,6 +15,7 @@ from grpo_kit.engines.trl_engine import (
     kit_metrics,
     parse_trl_overrides,
     trl_config,
+    trl_kwargs,
 )
 from grpo_kit.errors import ConfigError
 from grpo_kit.eval.diagnostics import diagnose, read_history
@@ -154,6 +155,31 @@ def test_the_readme_commands_parse_with_accelerate_and_trl():
     serve = next(c for c in commands if c[:2] == ["trl", "vllm-serve"])
     (script_args,) = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:])
     assert script_args.model == "Qwen/Qwen2.5-0.5B-Instruct" and script_args.port == 8000  # the server URL above
+
+
+def test_several_processes_share_the_rows_of_a_step():
+    """Under a launch of N processes a kit step is still B = P*G rows: B / N each, in micro-batches."""
+    cfg = GRPOConfig(num_prompts=4, num_generations=4, micro_batch_size=4)  # B = 16
+    assert trl_kwargs(cfg)["per_device_train_batch_size"] == 4 and trl_kwargs(cfg)["steps_per_generation"] == 4
+    two = trl_kwargs(cfg, num_processes=2)  # TRL's generation batch: 4 rows x 2 processes x 2 micro-batches = 16
+    assert (two["per_device_train_batch_size"], two["steps_per_generation"], two["gradient_accumulation_steps"]) == (
+        4, 2, 2)
+    assert trl_kwargs(cfg.replace(micro_batch_size=None), num_processes=8)["per_device_train_batch_size"] == 2
+    with pytest.raises(ConfigError, match="16 rows cannot be split evenly over 3 processes"):
+        trl_kwargs(cfg, num_processes=3)
+    with pytest.raises(ConfigError, match="each of 2 processes takes 12 of a step's 24 rows, which micro_batch_size"):
+        trl_kwargs(GRPOConfig(num_prompts=6, num_generations=4, micro_batch_size=8), num_processes=2)
+    with pytest.raises(ConfigError, match="with 2 micro-batches over 2 processes, loss_type='bnpo'"):
+        trl_kwargs(cfg.replace(micro_batch_size=None, loss_type="bnpo"), num_processes=2)
+
+
+def test_a_launch_the_batch_cannot_split_over_is_refused_before_the_run_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(num_prompts=2, num_generations=4).to_yaml(cfg)
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 2
+    assert "cannot be split evenly over 3 processes" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_several_processes_measure_no_accuracy(caplog):
