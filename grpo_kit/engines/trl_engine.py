@@ -283,7 +283,7 @@ class KitHistory(TrainerCallback):
             self.bar = tqdm(total=self.cfg.steps, desc="GRPO (TRL)", unit="step", mininterval=0.5)
         if self._single(args) and self.eval_items:
             self._evaluate(model, 0)
-        elif not self._single(args):
+        elif not self._single(args) and state.is_world_process_zero:
             log.warning("--engine trl with %d processes: held-out accuracy is not measured (single process only)",
                         args.world_size)
 

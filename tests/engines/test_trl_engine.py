@@ -183,11 +183,14 @@ def test_a_launch_the_batch_cannot_split_over_is_refused_before_the_run_folder(t
 
 
 def test_several_processes_measure_no_accuracy(caplog):
-    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded)."""
+    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded); process 0
+    says so, once."""
     from types import SimpleNamespace
 
     h = KitHistory(GRPOConfig(), None, [{"prompt": "1+1=", "answer": "2"}], None)
-    h.on_train_begin(SimpleNamespace(world_size=2), None, None, model=None)
+    h.on_train_begin(SimpleNamespace(world_size=2), SimpleNamespace(is_world_process_zero=False), None, model=None)
+    assert h.evals == [] and "not measured" not in caplog.text
+    h.on_train_begin(SimpleNamespace(world_size=2), SimpleNamespace(is_world_process_zero=True), None, model=None)
     assert h.evals == [] and "not measured" in caplog.text
 
 
