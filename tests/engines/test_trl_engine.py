@@ -134,13 +134,18 @@ def graduation_commands() -> list[list[str]]:
     return [[w for w in shlex.split(line) if not w.startswith("CUDA_VISIBLE_DEVICES=")] for line in lines]
 
 
-def test_the_readme_commands_parse_with_accelerate_and_trl():
+def test_the_readme_commands_parse_with_accelerate_torchrun_and_trl():
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.run import get_args_parser
     from trl.scripts.vllm_serve import make_parser
 
     commands = graduation_commands()
-    assert len(commands) == 5
+    assert len(commands) == 6
+    (torchrun,) = [c for c in commands if c[0] == "torchrun"]  # the run on 2 CPU processes
+    a = get_args_parser().parse_args(torchrun[1:])
+    assert a.module and a.standalone and a.nproc_per_node == "2" and a.training_script == "grpo_kit.cli"
+    assert a.training_script_args[:3] == ["train", "--engine", "trl"]
     launches = [c for c in commands if c[:2] == ["accelerate", "launch"]]
     assert len(launches) == 4
     for words in launches:
