@@ -363,8 +363,14 @@ def cmd_train(args) -> int:
         raise UsageError("--trl-arg needs --engine trl")
     trl_args = None
     if args.engine == "trl":
-        from grpo_kit.engines.trl_engine import check_trl_packages, parse_trl_overrides
+        from grpo_kit.engines.trl_engine import (
+            check_trl_packages,
+            num_processes,
+            parse_trl_overrides,
+            trl_kwargs,
+        )
 
+        trl_kwargs(cfg, num_processes())  # what TRL cannot express with this many processes, before a folder is made
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
         check_trl_packages(trl_args)  # before the run folder is made
     if args.allow_schedule_change and not args.resume:

@@ -18,8 +18,9 @@ differs is the unit: one kit step is ``num_iterations`` TRL optimizer updates on
 batch, so the logs of those updates are merged into one step as the kit computes it (see
 :func:`kit_metrics`). Held-out greedy accuracy (``accuracy``) is measured by the kit's own
 ``inference.greedy_accuracy`` on the model TRL trains, at step 0, every ``eval_every`` steps
-and at the end, in a single process only (with several processes, under ``accelerate launch``,
-it is left out: the history then has no ``accuracy``).
+and at the end, in a single process only (with several processes, under ``torchrun`` or ``accelerate launch``,
+it is left out: the history then has no ``accuracy``). With several processes a kit step is still B = P*G
+rows, B / num_processes sampled and trained on by each (:func:`trl_kwargs`); process 0 alone writes the run folder.
 
 Not carried over (``check_trl_engine`` refuses them): ``gold_reward_funcs``,
 ``reward_error_policy`` other than 'raise' and ``reward_timeout_s``, which TRL's trainer does
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from importlib.util import find_spec
 from pathlib import Path
@@ -63,7 +65,7 @@ PIP = {"liger_kernel": "liger-kernel", "comet_ml": "comet-ml", "flytekit": "flyt
 
 
 
-def trl_kwargs(cfg: GRPOConfig) -> dict:
+def trl_kwargs(cfg: GRPOConfig, num_processes: int = 1) -> dict:
     """Keyword arguments for ``trl.GRPOConfig`` (TRL 1.16) that give the same objective and schedule.
 
     Each field keeps its meaning (``tests/engines/test_trl_parity.py`` trains TRL's ``GRPOTrainer``
@@ -74,6 +76,11 @@ def trl_kwargs(cfg: GRPOConfig) -> dict:
       optimizer updates, so ``max_steps = steps * num_iterations``, and one generation batch of
       B = P*G rows spans ``steps_per_generation = gradient_accumulation_steps = B / micro_batch_size``
       micro-batches of ``per_device_train_batch_size = micro_batch_size`` rows;
+    - with ``num_processes`` processes (data parallel, under ``torchrun`` or ``accelerate launch``) a
+      step is still B rows: each process samples and trains on B / num_processes of them, in
+      micro-batches of at most ``micro_batch_size`` rows (TRL's generation batch is
+      ``per_device_train_batch_size * num_processes * steps_per_generation`` = B; it gathers the
+      rewards of all processes before computing advantages, so a group may span processes);
     - the LR schedule advances per optimizer update in both (``lr_schedule``);
     - the KL term is not importance-weighted (``use_bias_correction_kl=False``, see ``beta``);
     - AdamW with torch's defaults (betas 0.9/0.999, eps 1e-8);
@@ -82,8 +89,9 @@ def trl_kwargs(cfg: GRPOConfig) -> dict:
       ``fixed_logprobs``; ``tests/engines/test_trl_sampling.py`` runs TRL's code).
 
     Refused (ConfigError) because TRL cannot express it: a list of temperatures (TRL has one);
-    a KL estimator other than k3; an advantage estimator TRL lacks; and, with more than one
-    micro-batch, ``loss_type='bnpo'`` or ``entropy_coef != 0``: TRL shuffles the rows of each
+    a KL estimator other than k3; an advantage estimator TRL lacks; a batch that does not split
+    evenly over the processes; and, with more than one micro-batch (several processes make several),
+    ``loss_type='bnpo'`` or ``entropy_coef != 0``: TRL shuffles the rows of each
     generated batch before cutting it into micro-batches, and these two average over each
     micro-batch's tokens, so their value depends on which rows share a micro-batch (the kit keeps
     each group's rows together). Every other objective is a sum over rows, which no shuffle changes.
@@ -102,14 +110,24 @@ def trl_kwargs(cfg: GRPOConfig) -> dict:
         refuse("kl_estimator", "TRL's GRPOTrainer uses k3 only; set kl_estimator='k3'")
     if isinstance(cfg.temperature, list):
         refuse("temperature", "TRL samples every completion at one temperature; give a single number")
-    micro = cfg.micro_batch_size or cfg.batch_size
-    if micro < cfg.batch_size and (cfg.loss_type == "bnpo" or cfg.entropy_coef != 0):
+    B = cfg.batch_size
+    if B % num_processes:
+        refuse("num_prompts", f"a step's B = num_prompts * num_generations = {B} rows cannot be split evenly over "
+                              f"{num_processes} processes; make B a multiple of {num_processes}, or launch a "
+                              f"number of processes that divides {B}")
+    rows = B // num_processes  # each process's share of a step
+    micro = min(cfg.micro_batch_size or rows, rows)
+    if rows % micro:
+        refuse("micro_batch_size", f"each of {num_processes} processes takes {rows} of a step's {B} rows, which "
+                                   f"micro_batch_size must divide")
+    if micro < B and (cfg.loss_type == "bnpo" or cfg.entropy_coef != 0):
         what = "loss_type='bnpo'" if cfg.loss_type == "bnpo" else f"entropy_coef={cfg.entropy_coef}"
-        refuse("micro_batch_size", f"with {cfg.batch_size // micro} micro-batches, {what} averages over each "
+        over = f" over {num_processes} processes" if num_processes > 1 else ""
+        refuse("micro_batch_size", f"with {B // micro} micro-batches{over}, {what} averages over each "
                                    f"micro-batch's tokens and TRL shuffles rows across micro-batches, so the "
-                                   f"objective would differ; use micro_batch_size=None (one micro-batch) or "
-                                   f"loss_type='dapo' with entropy_coef=0")
-    accumulation = cfg.batch_size // micro
+                                   f"objective would differ; use micro_batch_size=None (one micro-batch) in one "
+                                   f"process, or loss_type='dapo' with entropy_coef=0")
+    accumulation = rows // micro
     if cfg.lr_schedule == "cosine":
         schedule = "cosine"
     else:
@@ -265,7 +283,7 @@ class KitHistory(TrainerCallback):
             self.bar = tqdm(total=self.cfg.steps, desc="GRPO (TRL)", unit="step", mininterval=0.5)
         if self._single(args) and self.eval_items:
             self._evaluate(model, 0)
-        elif not self._single(args):
+        elif not self._single(args) and state.is_world_process_zero:
             log.warning("--engine trl with %d processes: held-out accuracy is not measured (single process only)",
                         args.world_size)
 
@@ -310,12 +328,17 @@ def ensure_pad_token(tokenizer):
     return tokenizer
 
 
+def num_processes() -> int:
+    """The processes of this launch (``WORLD_SIZE``, set by ``torchrun`` and ``accelerate launch``); 1 without one."""
+    return int(os.environ.get("WORLD_SIZE") or 1)
+
+
 def trl_config(cfg: GRPOConfig, out_dir: str | Path, overrides: dict | None = None):
-    """``trl.GRPOConfig(**trl_kwargs(cfg), ...)`` with logging every update, no TRL checkpoints or trackers,
-    and the user's ``overrides`` (see :func:`parse_trl_overrides`)."""
+    """``trl.GRPOConfig(**trl_kwargs(cfg, num_processes()), ...)`` with logging every update, no TRL checkpoints
+    or trackers, and the user's ``overrides`` (see :func:`parse_trl_overrides`)."""
     import trl
 
-    kw = trl_kwargs(cfg)
+    kw = trl_kwargs(cfg, num_processes())
     kw.update(output_dir=str(out_dir), logging_steps=1, logging_strategy="steps", report_to="none",
               save_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0)
     kw.update(overrides or {})

@@ -15,6 +15,7 @@ from grpo_kit.engines.trl_engine import (
     kit_metrics,
     parse_trl_overrides,
     trl_config,
+    trl_kwargs,
 )
 from grpo_kit.errors import ConfigError
 from grpo_kit.eval.diagnostics import diagnose, read_history
@@ -133,13 +134,18 @@ def graduation_commands() -> list[list[str]]:
     return [[w for w in shlex.split(line) if not w.startswith("CUDA_VISIBLE_DEVICES=")] for line in lines]
 
 
-def test_the_readme_commands_parse_with_accelerate_and_trl():
+def test_the_readme_commands_parse_with_accelerate_torchrun_and_trl():
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.run import get_args_parser
     from trl.scripts.vllm_serve import make_parser
 
     commands = graduation_commands()
-    assert len(commands) == 5
+    assert len(commands) == 6
+    (torchrun,) = [c for c in commands if c[0] == "torchrun"]  # the run on 2 CPU processes
+    a = get_args_parser().parse_args(torchrun[1:])
+    assert a.module and a.standalone and a.nproc_per_node == "2" and a.training_script == "grpo_kit.cli"
+    assert a.training_script_args[:3] == ["train", "--engine", "trl"]
     launches = [c for c in commands if c[:2] == ["accelerate", "launch"]]
     assert len(launches) == 4
     for words in launches:
@@ -156,12 +162,40 @@ def test_the_readme_commands_parse_with_accelerate_and_trl():
     assert script_args.model == "Qwen/Qwen2.5-0.5B-Instruct" and script_args.port == 8000  # the server URL above
 
 
+def test_several_processes_share_the_rows_of_a_step():
+    """Under a launch of N processes a kit step is still B = P*G rows: B / N each, in micro-batches."""
+    cfg = GRPOConfig(num_prompts=4, num_generations=4, micro_batch_size=4)  # B = 16
+    assert trl_kwargs(cfg)["per_device_train_batch_size"] == 4 and trl_kwargs(cfg)["steps_per_generation"] == 4
+    two = trl_kwargs(cfg, num_processes=2)  # TRL's generation batch: 4 rows x 2 processes x 2 micro-batches = 16
+    assert (two["per_device_train_batch_size"], two["steps_per_generation"], two["gradient_accumulation_steps"]) == (
+        4, 2, 2)
+    assert trl_kwargs(cfg.replace(micro_batch_size=None), num_processes=8)["per_device_train_batch_size"] == 2
+    with pytest.raises(ConfigError, match="16 rows cannot be split evenly over 3 processes"):
+        trl_kwargs(cfg, num_processes=3)
+    with pytest.raises(ConfigError, match="each of 2 processes takes 12 of a step's 24 rows, which micro_batch_size"):
+        trl_kwargs(GRPOConfig(num_prompts=6, num_generations=4, micro_batch_size=8), num_processes=2)
+    with pytest.raises(ConfigError, match="with 2 micro-batches over 2 processes, loss_type='bnpo'"):
+        trl_kwargs(cfg.replace(micro_batch_size=None, loss_type="bnpo"), num_processes=2)
+
+
+def test_a_launch_the_batch_cannot_split_over_is_refused_before_the_run_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(num_prompts=2, num_generations=4).to_yaml(cfg)
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 2
+    assert "cannot be split evenly over 3 processes" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_several_processes_measure_no_accuracy(caplog):
-    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded)."""
+    """KitHistory evaluates in a single process only (under accelerate launch the model is sharded); process 0
+    says so, once."""
     from types import SimpleNamespace
 
     h = KitHistory(GRPOConfig(), None, [{"prompt": "1+1=", "answer": "2"}], None)
-    h.on_train_begin(SimpleNamespace(world_size=2), None, None, model=None)
+    h.on_train_begin(SimpleNamespace(world_size=2), SimpleNamespace(is_world_process_zero=False), None, model=None)
+    assert h.evals == [] and "not measured" not in caplog.text
+    h.on_train_begin(SimpleNamespace(world_size=2), SimpleNamespace(is_world_process_zero=True), None, model=None)
     assert h.evals == [] and "not measured" in caplog.text
 
 
@@ -195,3 +229,64 @@ def test_trl_arguments_that_need_a_missing_package_name_it_before_trl_starts(tmp
         trl_engine.train_with_trl(GRPOConfig(reward_timeout_s=None), overrides={"use_vllm": True})
     assert parse_trl_overrides(["report_to=none", "use_vllm=false"], GRPOConfig()) == {"report_to": "none",
                                                                                       "use_vllm": False}
+
+
+LAUNCHERS = {"torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+             "accelerate": ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                            "--main_process_port", "0"]}
+"""Two processes on one machine. ``accelerate launch --cpu --num_processes 2`` would start one process (accelerate
+launches several CPU processes through mpirun only); ``--multi_gpu`` on a machine without a GPU starts two through
+torch's launcher, as ``accelerate launch`` does on one machine with GPUs, with or without DeepSpeed."""
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_two_processes_train_as_one_and_only_process_0_writes(tmp_path, launcher):
+    """``torchrun --standalone --nproc_per_node 2 -m grpo_kit.cli train --engine trl`` on a CPU (gloo), and the
+    same under ``accelerate launch``: each process samples and trains on half of a step's B = P*G rows; process 0
+    alone writes the run folder; the history has each step once, with the metrics TRL gathered over both
+    processes; both processes end with bit-identical weights. ``rank_probe.py`` runs the same ``main`` and records
+    what each process did."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import grpo_kit
+
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(num_prompts=2, num_generations=4, steps=2, eval_every=0, eval_size=4, device="cpu", threads=1,
+               seed=1).to_yaml(cfg)  # seed 1 samples mixed rewards in a group at both steps: the weights move
+    out, records = tmp_path / "run", tmp_path / "records"
+    records.mkdir()
+    here = Path(__file__).resolve().parent
+    path = [str(Path(grpo_kit.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]  # children import this grpo_kit
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, *LAUNCHERS[launcher], str(here / "rank_probe.py"), str(records),
+                           "train", "--engine", "trl", "--config", str(cfg), "--out", str(out)],
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, capture_output=True, text=True,
+                          timeout=300)
+    print(f"{launcher}, 2 processes, 2 steps: {time.perf_counter() - t0:.1f} s wall")
+    assert done.returncode == 0, done.stderr[-3000:]
+    zero, one = (json.loads((records / f"rank{r}.json").read_text()) for r in (0, 1))
+    for r in (zero, one):
+        assert r["exit"] == 0 and r["backend"] == "gloo"
+        assert r["batch"] == {"world_size": 2, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+                              "steps_per_generation": 1, "generation_batch_size": 8}  # B = 8 rows a step, 4 each
+    print("process 0 wrote:", zero["wrote"], "\nprocess 1 wrote:", one["wrote"])
+    assert one["wrote"] == []  # process 1 trains and writes nothing in the run folder
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    written = {w.split(" ", 1)[1] for w in zero["wrote"]}
+    assert {"config.yaml", "history.jsonl", "summary.json", "curves.png", "model/config.json"} <= files
+    native = {"model/model.safetensors", "model/tokenizer.json", "model/training_args.bin"}  # by native code (unseen)
+    assert files - written == native and "os.mkdir model" in zero["wrote"]  # into model/, which process 0 made
+    assert done.stdout.count("accuracy not measured after 2 steps; wrote") == 1  # process 0 reports
+    history = read_history(out / "history.jsonl")
+    assert [m["step"] for m in history] == [1, 2] and len(zero["history"]) == len(one["history"]) == 2
+    for kept, m0, m1 in zip(history, zero["history"], one["history"]):
+        del kept["step_time"], m0["step_time"], m1["step_time"]  # each process's own clock
+        assert kept == pytest.approx(m0, nan_ok=True) and m0 == pytest.approx(m1, nan_ok=True)  # gathered values
+        assert m0["frac_reward_zero_std"] == 0.5  # one group mixed, one not: a process's own value is 0 or 1
+    assert zero["before"] == one["before"] != zero["after"] == one["after"]  # trained, to bit-identical weights
