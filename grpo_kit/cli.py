@@ -364,12 +364,14 @@ def cmd_train(args) -> int:
     trl_args = None
     if args.engine == "trl":
         from grpo_kit.engines.trl_engine import (
+            check_trl_engine,
             check_trl_packages,
             num_processes,
             parse_trl_overrides,
             trl_kwargs,
         )
 
+        check_trl_engine(cfg)  # the fields TRL's trainer has no equivalent of, before a folder is made
         trl_kwargs(cfg, num_processes())  # what TRL cannot express with this many processes, before a folder is made
         trl_args = parse_trl_overrides(args.trl_arg, cfg)
         check_trl_packages(trl_args)  # before the run folder is made

@@ -60,6 +60,14 @@ def test_fields_trl_cannot_honour_are_refused(field, value):
         check_trl_engine(GRPOConfig(**{field: value}))
 
 
+def test_cli_refuses_a_field_trl_cannot_honour_before_writing_anything(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    GRPOConfig(gold_reward_funcs=["math_answer"], steps=2, eval_every=0, device="cpu").to_yaml(cfg)
+    out = tmp_path / "run"
+    assert main(["train", "--engine", "trl", "--config", str(cfg), "--out", str(out)]) == 2
+    assert "gold_reward_funcs" in capsys.readouterr().err and not out.exists()  # no folder, no config.yaml
+
+
 def test_cli_trains_with_trl_and_writes_the_kits_run_folder(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     GRPOConfig(num_prompts=2, num_generations=4, steps=2, num_iterations=2, beta=0.04, eval_every=0, eval_size=8,
