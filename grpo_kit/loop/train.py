@@ -886,22 +886,8 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
         raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is not a grpo-kit trainer state (missing {lacking}); "
                               f"resume from a folder written by grpo-kit or start a new output folder")
     # a field added to GRPOConfig after the checkpoint was written counts as its default
-    saved, now, default = state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict()
-    # the model and the dataset are compared by content when both hashes are known: a moved file
-    # resumes, a file changed in place does not
-    then_fp, now_fp = state.get("fingerprints") or {}, fingerprints(run.cfg)
-    by_content = {k for k in ("model", "dataset") if then_fp.get(k) and now_fp.get(k)}
-    edited = [k for k in sorted(by_content) if then_fp[k] != now_fp[k]]
-    if edited:
-        raise CheckpointError(f"checkpoint {path}: the {' and the '.join(edited)} changed since it was written "
-                              f"(content hash differs: {', '.join(repr(now[k]) for k in edited)}); resume with "
-                              f"the files it was trained on or start a new output folder")
-    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and k not in by_content
-                     and saved.get(k, default[k]) != now[k])
-    if changed:
-        diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
-        raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
-                              f"resume with the same config or start a new output folder")
+    check_same_run(path, state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict(), RESUMABLE_CHANGES,
+                   state.get("fingerprints") or {}, fingerprints(run.cfg))
     if weights is None:
         raise CheckpointError(f"checkpoint {path} is unreadable (no {lora.weights_file(run.policy)}); "
                               f"delete it or resume from an earlier one")
@@ -934,6 +920,27 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
     _check_schedules(run, state, path, allow_schedule_change)  # last, so a checkpoint that does not fit says so first
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
     run.findings = _logged_findings(run.history)
+
+
+def check_same_run(path, saved: dict, now: dict, default: dict, resumable, then_fp: dict, now_fp: dict) -> None:
+    """Refuse (:class:`CheckpointError`) to resume checkpoint ``path`` when an input changed or the config did.
+
+    Inputs with a content hash in both ``then_fp`` and ``now_fp`` (the model, the data) are compared by
+    content: a moved file resumes, a file changed in place does not; their config fields (paths) are
+    then not compared. Every other field of ``now`` outside ``resumable`` must equal the ``saved`` one (a
+    field the checkpoint lacks, added to the config later, counts as its ``default``)."""
+    by_content = {k for k in then_fp if then_fp.get(k) and now_fp.get(k)}
+    edited = [k for k in sorted(by_content) if then_fp[k] != now_fp[k]]
+    if edited:
+        raise CheckpointError(f"checkpoint {path}: the {' and the '.join(edited)} changed since it was written "
+                              f"(content hash differs: {', '.join(repr(now[k]) for k in edited)}); resume with "
+                              f"the files it was trained on or start a new output folder")
+    changed = sorted(k for k in now if k not in resumable and k not in by_content
+                     and saved.get(k, default[k]) != now[k])
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
+        raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
+                              f"resume with the same config or start a new output folder")
 
 
 def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:
