@@ -106,3 +106,12 @@ def test_the_two_kinds_of_run_do_not_resume_each_other(tmp_path, capsys):
     (tmp_path / "g.yaml").write_text("steps: 2\nnum_prompts: 2\nnum_generations: 2\neval_size: 4\nthreads: 1\n")
     code, _, err = run_cli(capsys, "train", "--config", tmp_path / "g.yaml", "--out", offline, "--resume")
     assert code == 2 and "offline preference run" in err and "train-offline --resume" in err
+
+
+def test_the_documented_config_is_the_shipped_one_and_valid():
+    from grpo_kit.config import OfflineConfig
+
+    shipped = (ROOT / "configs" / "offline.yaml").read_text()
+    assert "```yaml\n" + shipped + "```" in (ROOT / "docs" / "command-line.md").read_text()
+    cfg = OfflineConfig.from_yaml(ROOT / "configs" / "offline.yaml")
+    assert cfg.preferences == "datasets/add2_prefs.jsonl" and (ROOT / cfg.preferences).is_file()
