@@ -147,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--k", type=_positive_int, default=8, help="responses per prompt")
     g.add_argument("--seed", type=_positive_int, default=0)
     g.add_argument("--out", required=True, help="jsonl file to write")
+    o = sub.add_parser("train-offline", help="train on preference groups recorded beforehand (grpo-kit pregen): margin, "
+                                             "Bradley-Terry or REINFORCE with a learned per-group baseline, staged")
+    o.add_argument("--config", required=True, help="a YAML of OfflineConfig fields (grpo_kit/config.py)")
+    o.add_argument("--out", default="runs/offline")
+    o.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    o.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
     j = sub.add_parser("train-judge", help="train a learned judge on preference groups; print held-out agreement")
     j.add_argument("--data", required=True, help="preference groups jsonl (grpo-kit pregen writes one)")
     j.add_argument("--out", required=True, help="folder for the judge (use it as reward_funcs: [learned:FOLDER])")
@@ -481,6 +487,10 @@ def cmd_export(args) -> int:
         run_config = state.get("config") if isinstance(state, dict) else None
         if not isinstance(run_config, dict):
             raise UsageError(f"{ckpt}: {STATE_FILE} holds no run config; export an intact checkpoint")
+        if state.get("kind") == "offline":  # it sampled nothing: the export samples with GRPOConfig's defaults
+            from grpo_kit.config import GRPOConfig
+
+            run_config = {**GRPOConfig().to_dict(), "model": run_config.get("model")}
     here, there = run_dir.resolve(), dest.resolve()
     if here == there or here in there.parents or there in here.parents:
         raise UsageError(f"--to {dest} overlaps the run folder {run_dir}; export to a folder outside the run")
@@ -612,6 +622,69 @@ def cmd_pregen(args) -> int:
     return 0
 
 
+def cmd_train_offline(args) -> int:
+    """An offline preference run (``lab/offline_run.py``) into a run folder with the online run's rules:
+    every input is checked before the folder is touched; a refused resume writes nothing."""
+    from tqdm.auto import tqdm
+
+    from grpo_kit.config import OfflineConfig
+    from grpo_kit.data.runfolder import (
+        RunLock,
+        atomic_write_text,
+        check_out_folder,
+        check_path,
+    )
+    from grpo_kit.lab.offline_run import (
+        offline_inputs,
+        resume_offline,
+        setup_offline,
+        train_offline_run,
+    )
+
+    cfg = OfflineConfig.from_yaml(args.config)
+    records, eval_items = offline_inputs(cfg)  # the preference file, the model's path, the task
+    out = check_path(args.out, "--out")
+    if (args.resume and not out.is_dir()) or (out.exists() and not out.is_dir()):
+        check_out_folder(out, resume=args.resume)  # raises (nothing to resume; a file) before a lock makes the folder
+    with _no_empty_folder_left(out), RunLock(out):
+        check_out_folder(out, args.resume, args.overwrite,
+                         inputs=(_model_folder(cfg.model) if args.overwrite else None, cfg.preferences))
+        run = setup_offline(cfg, records, eval_items)
+        if args.resume:
+            resume_offline(run, out)
+            if cfg.steps < run.step:
+                raise UsageError(f"steps: {cfg.steps}: the run in {out} is already at step {run.step}; set a larger "
+                                 f"steps in {args.config} to continue it")
+        atomic_write_text(out / "config.yaml", cfg.to_yaml())  # only once the resume is accepted
+        t0 = time.time()
+        with tqdm(total=cfg.steps, desc=f"offline {cfg.loss}", unit="step", mininterval=0.5, initial=run.step) as bar:
+            for m in train_offline_run(run, out_dir=out):
+                bar.update(1)
+                bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{run.evals[-1][1]:.2f}", refresh=False)
+        summary = _write_offline_results(run, out, time.time() - t0)
+    print(f"accuracy {summary['base_accuracy']:.1%} -> {summary['final_accuracy']:.1%} after {run.step} offline "
+          f"steps ({cfg.loss} loss); wrote {_written(out)}")
+    return 0
+
+
+def _write_offline_results(run, out: Path, wall: float) -> dict:
+    """history.jsonl (whole), curves.png/.html (loss, accuracy, the winners' NLL, grad norm) and summary.json."""
+    from grpo_kit.data.runfolder import atomic_write_text
+    from grpo_kit.loop.train import write_history
+    from grpo_kit.view.plotting import OFFLINE_PANELS, plot_history, plotly_history
+
+    cfg = run.cfg
+    write_history(run.history, out / "history.jsonl")
+    title = f"offline {cfg.loss} on {Path(cfg.preferences).name} ({cfg.model}), seed {cfg.seed}"
+    plot_history(run.history, run.evals, title, out / "curves.png", panels=OFFLINE_PANELS)
+    plotly_history(run.history, run.evals, title, out / "curves.html", panels=OFFLINE_PANELS)
+    summary = {"kind": "offline", "base_accuracy": run.evals[0][1], "final_accuracy": run.evals[-1][1],
+               "steps": run.step, "wall_seconds": round(wall, 1), "seed": cfg.seed, "evals": run.evals,
+               "config": cfg.to_dict()}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def cmd_train_judge(args) -> int:
     """Train a learned judge on preference groups, hold out whole groups, save it with its metadata."""
     import math
@@ -708,7 +781,7 @@ def cmd_make_base(args) -> int:
 
 
 COMMANDS = {"demo": cmd_demo, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "pregen": cmd_pregen,
-            "make-base": cmd_make_base, "train-judge": cmd_train_judge, "serve-judge": cmd_serve_judge,
+            "train-offline": cmd_train_offline, "make-base": cmd_make_base, "train-judge": cmd_train_judge, "serve-judge": cmd_serve_judge,
             "export-verl": cmd_export_verl}
 
 
@@ -724,8 +797,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("no command given: use one of demo, train, eval, export, export-verl, pregen, make-base, "
-                             "train-judge, serve-judge (see grpo-kit --help)")
+            raise UsageError("no command given: use one of demo, train, eval, export, export-verl, pregen, "
+                             "train-offline, make-base, train-judge, serve-judge (see grpo-kit --help)")
         for name in ("out", "to", "config", "dataset", "model", "run", "data", "data_out"):
             if isinstance(getattr(args, name, None), str):
                 from grpo_kit.data.runfolder import check_path

@@ -94,10 +94,11 @@ def real(default, rule: str, ok: Callable[[float], bool], optional: bool = False
     return field(default=default, metadata={"rule": (text, lambda v: _is_num(v) and ok(v), optional)})
 
 
-def field_rule(name: str, annotation) -> tuple[str, Callable, bool] | None:
-    """(rule text, test, None allowed) of a field: from its ``whole``/``real`` metadata, a ``Literal`` of its
-    choices, or ``bool``; None for a field checked by a named rule in ``validate()``."""
-    f = GRPOConfig.__dataclass_fields__[name]
+def field_rule(name: str, annotation, cls=None) -> tuple[str, Callable, bool] | None:
+    """(rule text, test, None allowed) of a field of ``cls`` (default :class:`GRPOConfig`): from its
+    ``whole``/``real`` metadata, a ``Literal`` of its choices, or ``bool``; None for a field checked by a
+    named rule in ``validate()``."""
+    f = (cls or GRPOConfig).__dataclass_fields__[name]
     if "rule" in f.metadata:
         return f.metadata["rule"]
     if typing.get_origin(annotation) is Literal:
@@ -142,8 +143,93 @@ def schedule_entries(cfg, name: str, value_ok: Callable, value_rule: str) -> Non
         prev = frac
 
 
+class ConfigFile:
+    """What :class:`GRPOConfig` and :class:`OfflineConfig` share: YAML in and out, unknown fields refused,
+    each field's declared rule checked (``whole``, ``real``, a ``Literal`` of choices, ``bool``), and
+    :meth:`refuse`, the one error every check raises. A subclass is a dataclass with a ``validate()``."""
+
+    def refuse(self, name: str, rule: str):
+        """Raise the :class:`ConfigError` every check raises: the field, its value (cut when huge) and the rule."""
+        raise ConfigError(f"{type(self).__name__}.{name}={_show(getattr(self, name))}: {rule}")
+
+    def check_declared(self) -> None:
+        """Each field's own rule, from its declaration, in the order of the fields."""
+        for name, annotation in _hints(type(self)).items():
+            rule = field_rule(name, annotation, type(self))
+            v = getattr(self, name)
+            if rule is not None and not (rule[2] and v is None) and not rule[1](v):
+                self.refuse(name, rule[0])
+
+    def validate(self):
+        self.check_declared()
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise ConfigError(f"a config must be a mapping of field: value, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(_show(k, 60) if not isinstance(k, str) else k[:60] for k in d if k not in names)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown[:5]}{' and more' if len(unknown) > 5 else ''}; "
+                              f"valid fields: {sorted(names)}")
+        return cls(**d).validate()
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        import yaml
+
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_yaml(cls, path: str | Path):
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+        return cls.from_yaml_text(text, source=str(path))
+
+    @classmethod
+    def from_yaml_text(cls, text: str, source: str = "<text>"):
+        import yaml
+
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            if node is not None and _yaml_size(node, {}) > MAX_YAML_NODES:
+                raise ConfigError(f"config {source} expands to more than {MAX_YAML_NODES} values (through YAML "
+                                  f"aliases); a config is a mapping of a few dozen fields: write them out")
+            if isinstance(node, yaml.MappingNode):  # YAML keeps the last of two equal keys without a word
+                first: dict = {}
+                for key, _ in node.value:
+                    if isinstance(key, yaml.ScalarNode) and key.value in first:
+                        raise ConfigError(f"config {source} sets {key.value[:60]!r} twice (lines "
+                                          f"{first[key.value]} and {key.start_mark.line + 1}); keep one")
+                    if isinstance(key, yaml.ScalarNode):
+                        first[key.value] = key.start_mark.line + 1
+            d = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise ConfigError(f"config {source} is not valid YAML: {problem}{where}") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"config {source} must be a YAML mapping of field: value")
+        return cls.from_dict(_numbers_from_text(d, cls))
+
+    def replace(self, **changes):
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}")
+        return dataclasses.replace(self, **changes).validate()
+
+
 @dataclass
-class GRPOConfig:
+class GRPOConfig(ConfigFile):
     # --- what to train
     model: str = "tiny"
     """A model folder written by ``save_pretrained``, a Hugging Face hub name, or ``"tiny"`` (the shipped base)."""
@@ -451,10 +537,6 @@ class GRPOConfig:
         """B = P * G completions per step."""
         return self.num_prompts * self.num_generations
 
-    def refuse(self, name: str, rule: str):
-        """Raise the :class:`ConfigError` every check raises: the field, its value (cut when huge) and the rule."""
-        raise ConfigError(f"GRPOConfig.{name}={_show(getattr(self, name))}: {rule}")
-
     def validate(self) -> "GRPOConfig":
         """Check every field, its type first; raise :class:`ConfigError` naming the field, value and allowed range.
 
@@ -468,11 +550,7 @@ class GRPOConfig:
         need(self.loss_type not in TRL_ONLY_LOSS_TYPES, "loss_type",
              "is one of TRL 1.16's loss types (cispo, sapo, luspo, vespo) that the kit does not implement; "
              "choose 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (or train it with TRL's GRPOTrainer)")
-        for name, annotation in _hints().items():
-            rule = field_rule(name, annotation)
-            v = getattr(self, name)
-            if rule is not None and not (rule[2] and v is None):
-                need(rule[1](v), name, rule[0])
+        self.check_declared()
         # what to train
         need(isinstance(self.model, str) and self.model.strip() != "", "model",
              "must be a model folder, a Hugging Face hub name or 'tiny'")
@@ -601,70 +679,6 @@ class GRPOConfig:
             g *= 2
         return sizes
 
-    # --- serialisation
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GRPOConfig":
-        if not isinstance(d, dict):
-            raise ConfigError(f"a config must be a mapping of field: value, got {type(d).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(_show(k, 60) if not isinstance(k, str) else k[:60] for k in d if k not in names)
-        if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown[:5]}{' and more' if len(unknown) > 5 else ''}; "
-                              f"valid fields: {sorted(names)}")
-        return cls(**d).validate()
-
-    def to_yaml(self, path: str | Path | None = None) -> str:
-        import yaml
-
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "GRPOConfig":
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
-        return cls.from_yaml_text(text, source=str(path))
-
-    @classmethod
-    def from_yaml_text(cls, text: str, source: str = "<text>") -> "GRPOConfig":
-        import yaml
-
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            if node is not None and _yaml_size(node, {}) > MAX_YAML_NODES:
-                raise ConfigError(f"config {source} expands to more than {MAX_YAML_NODES} values (through YAML "
-                                  f"aliases); a config is a mapping of a few dozen fields: write them out")
-            if isinstance(node, yaml.MappingNode):  # YAML keeps the last of two equal keys without a word
-                first: dict = {}
-                for key, _ in node.value:
-                    if isinstance(key, yaml.ScalarNode) and key.value in first:
-                        raise ConfigError(f"config {source} sets {key.value[:60]!r} twice (lines "
-                                          f"{first[key.value]} and {key.start_mark.line + 1}); keep one")
-                    if isinstance(key, yaml.ScalarNode):
-                        first[key.value] = key.start_mark.line + 1
-            d = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(e, "problem", None) or " ".join(str(e).split())
-            raise ConfigError(f"config {source} is not valid YAML: {problem}{where}") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"config {source} must be a YAML mapping of field: value")
-        return cls.from_dict(_numbers_from_text(d))
-
-    def replace(self, **changes) -> "GRPOConfig":
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown}")
-        return dataclasses.replace(self, **changes).validate()
-
     def on_cuda(self) -> bool:
         """Whether this config trains on CUDA (where ``bf16`` applies) on this machine."""
         if self.device == "auto":
@@ -681,25 +695,101 @@ class GRPOConfig:
                 if getattr(self, k) not in (None, False, 0.0)]
 
 
-@functools.lru_cache(maxsize=1)
-def _hints() -> dict:
+@dataclass
+class OfflineConfig(ConfigFile):
+    """``grpo-kit train-offline``: train a policy on preference groups sampled and judged beforehand
+    (``grpo-kit pregen``), with no sampling while it trains (``grpo_kit.lab.offline``). Each step draws
+    ``batch_prompts`` groups at random (with replacement) and takes one AdamW step (weight decay 0.01)
+    on the loss below, plus ``nll_coef`` times the per-token NLL of each group's clear winners."""
+
+    # --- what to train on
+    preferences: str | None = None
+    """The preference groups: a jsonl of ``{prompt, responses: [K strings], preference_matrix: K x K}``
+    (``grpo-kit pregen --out FILE`` writes one; ``datasets/add2_prefs.jsonl`` ships). Required."""
+    model: str = "tiny"
+    """The model to train: a folder written by ``save_pretrained``, a hub name, or ``"tiny"`` (the shipped base)."""
+    task: str = "add2"
+    """The task whose held-out split measures greedy accuracy (``grpo_kit.data.tasks.task_names()``)."""
+
+    # --- the loss
+    loss: Literal["margin", "bt", "baseline"] = "margin"
+    """``margin``: relu(log pi(w) - log pi(b) + margin) per pair (b beats w), on summed log-probs;
+    ``bt``: Bradley-Terry, -log sigmoid(beta (r_b - r_w)) with r = log pi - log pi_ref (DPO's implicit
+    reward; the reference is the starting model); ``baseline``: REINFORCE on each answer's share of
+    its group beaten, r_i = sum_j max(M_ij, 0) / (K - 1), minus a learnable per-group baseline b_p
+    (``core.losses.learned_baseline_loss``). Each pair is weighted by its label (1, or a soft 0.5)."""
+    stage1_steps: int = whole(0, 0)
+    """Staging: the first N steps train on the clear pairs only (|M| = 1, right against wrong), the
+    rest on every labelled pair (ties resolved by a finer judge included). 0: every pair from the start."""
+    margin: float = real(1.0, ">= 0", lambda v: v >= 0)
+    """``loss: margin``: the log-probability gap (nats) above which a pair gives no gradient."""
+    beta: float = real(0.1, "> 0", lambda v: v > 0)
+    """``loss: bt``: the scale of the implicit reward difference inside the sigmoid."""
+    baseline_lr: float = real(0.5, "in [0, 1]", lambda v: 0 <= v <= 1)
+    """``loss: baseline``: each time a group is drawn, b_p moves this fraction of the way to the group's
+    mean reward (one SGD step of size baseline_lr / 2 on mean_k (r_pk - b_p)^2); b starts at 0, so 0
+    keeps it there (REINFORCE without a baseline)."""
+    nll_coef: float = real(1.0, ">= 0", lambda v: v >= 0)
+    """Weight of the likelihood anchor, the per-token NLL of the clear winners: preference losses fix
+    only differences of log-probabilities, and without it both sides can fall together. 0: none."""
+
+    # --- optimisation
+    steps: int = whole(300, 1)
+    """Optimizer steps."""
+    batch_prompts: int = whole(16, 1)
+    """Groups per step (each of K responses)."""
+    learning_rate: float = real(1e-4, "> 0", lambda v: v > 0)
+    """AdamW's learning rate (constant)."""
+    max_grad_norm: float = real(1.0, "> 0", lambda v: v > 0)
+    """Gradients are clipped to this global norm."""
+    seed: int = whole(0, 0)
+    """Seeds the order in which groups are drawn (and torch's global generator)."""
+
+    # --- evaluation, checkpoints, machine
+    eval_every: int = whole(50, 0)
+    """Held-out greedy accuracy every N steps (and at step 0 and the last step); 0: only those two."""
+    eval_size: int = whole(500, 1)
+    """Held-out problems per evaluation (the first N of the task's held-out split)."""
+    checkpoint_every: int = whole(50, 0)
+    """A checkpoint (weights, optimizer, baselines, batch-order state) every N steps and at the end; 0: at the end only."""
+    keep_checkpoints: int = whole(2, 1)
+    """Newest checkpoints kept; older ones are removed."""
+    threads: int | None = whole(2, 1, optional=True)
+    """torch CPU threads (None: leave torch's setting)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto``: CUDA when torch sees a GPU, else CPU."""
+
+    def validate(self) -> "OfflineConfig":
+        self.check_declared()
+        for name in ("model", "task"):
+            if not (isinstance(getattr(self, name), str) and getattr(self, name).strip()):
+                self.refuse(name, "must be a name" + (", a model folder or 'tiny'" if name == "model" else ""))
+        if self.preferences is not None and not (isinstance(self.preferences, str) and self.preferences.strip()):
+            self.refuse("preferences", "must be the path of a preference-group jsonl (grpo-kit pregen writes one)")
+        if self.seed >= 2**63:
+            self.refuse("seed", "must be < 2**63 (torch generators take 64-bit seeds)")
+        if self.stage1_steps > self.steps:
+            self.refuse("stage1_steps", f"is more than steps={self.steps}; the clear-pairs stage is part of the run "
+                                        f"(set stage1_steps: {self.steps} to train on clear pairs only)")
+        return self
+
+
+@functools.lru_cache(maxsize=4)
+def _hints(cls=None) -> dict:
     """Each field's annotation, evaluated (``from __future__ import annotations`` keeps them as text)."""
-    return typing.get_type_hints(GRPOConfig)
-
-
-def _float_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(GRPOConfig) if "float" in str(f.type)}
+    return typing.get_type_hints(cls or GRPOConfig)
 
 
 _INT_EXP_TEXT = __import__("re").compile(r"\+?\d+(\.\d*)?[eE]\+?\d+")
 
 
-def _numbers_from_text(d: dict) -> dict:
+def _numbers_from_text(d: dict, cls=None) -> dict:
     """YAML 1.1 reads ``3e-4`` (no dot) as the string '3e-4': read such strings as numbers for the
-    float fields, and ``1e3`` as 1000 for the whole-number fields. Other strings stay strict
-    (``"4"`` in quotes is text, ``"false"`` is not a bool)."""
-    floats = _float_fields()
-    ints = {f.name for f in dataclasses.fields(GRPOConfig) if str(f.type).startswith("int")}
+    float fields of ``cls`` (default :class:`GRPOConfig`), and ``1e3`` as 1000 for the whole-number
+    fields. Other strings stay strict (``"4"`` in quotes is text, ``"false"`` is not a bool)."""
+    fields = dataclasses.fields(cls or GRPOConfig)
+    floats = {f.name for f in fields if "float" in str(f.type)}
+    ints = {f.name for f in fields if str(f.type).startswith("int")}
     out = dict(d)
     for k, v in d.items():
         if k in ints and isinstance(v, str) and _INT_EXP_TEXT.fullmatch(v.strip()) and float(v).is_integer() \

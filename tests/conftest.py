@@ -59,6 +59,56 @@ def run_cli(capsys, *args):
     return code, out.out, out.err
 
 
+def wait_for(predicate, proc, what, timeout=240):
+    """Poll ``predicate()`` every 20 ms until it holds; fail if the process ``proc`` ends first or time runs out."""
+    import time
+
+    t0 = time.time()
+    while not predicate():
+        assert proc.poll() is None, f"the process ended (rc {proc.returncode}) before {what}"
+        assert time.time() - t0 < timeout, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def latest_step(out) -> int:
+    """The step ``out/checkpoints/latest`` names (0 before the first checkpoint, or read mid-replace)."""
+    try:
+        return int((Path(out) / "checkpoints" / "latest").read_text().strip().split("-")[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def sigkill_drill(argv: list[str], out: Path, steps: int, env: dict, cwd, tmp_path: Path) -> int:
+    """The kill drill of the resume tests, on a training command ``argv`` (its ``--out`` is ``out``, it
+    checkpoints every step and runs ``steps`` > 8 steps): SIGKILL while the step-5 checkpoint is written
+    (its temp folder complete, not yet renamed: ``GRPO_KIT_PAUSE_IN_CHECKPOINT``); ``--resume``, SIGKILL
+    again once step 8 or later is checkpointed; ``--resume`` to the end. Returns the step of the second
+    kill; the caller compares the run with a straight one."""
+    import subprocess
+
+    def start(*extra, env=env, stderr=subprocess.DEVNULL):
+        return subprocess.Popen([*argv, *extra], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+
+    with (tmp_path / "stderr1.txt").open("w") as log:
+        p = start(env={**env, "GRPO_KIT_PAUSE_IN_CHECKPOINT": "5"}, stderr=log)
+        wait_for(lambda: "paused in checkpoint" in (tmp_path / "stderr1.txt").read_text(), p, "the checkpoint pause")
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert (out / "checkpoints" / "step-000005.tmp" / "trainer_state.pt").is_file()
+    assert latest_step(out) == 4
+    p = start("--resume")
+    wait_for(lambda: latest_step(out) >= 8, p, "step 8")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    killed_at = latest_step(out)
+    assert 8 <= killed_at < steps
+    p = start("--resume", stderr=subprocess.PIPE)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err.decode()
+    assert not list((out / "checkpoints").glob("*.tmp"))
+    return killed_at
+
+
 @pytest.fixture(autouse=True)
 def _keep_full_runs(request, monkeypatch):
     """A test marked ``full`` keeps each notebook it runs without error in build/executed/ (for make book)."""

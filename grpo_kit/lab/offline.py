@@ -8,27 +8,34 @@ groups that were generated ahead of time. The pieces:
   (the numerically closer answer wins), scaled by ``tie_weight`` (a soft label, e.g. +-0.5).
   Records have the jsonl layout of :mod:`grpo_kit.core.preferences` (``prompt``, ``responses``,
   ``preference_matrix``, extra columns).
-- :func:`offline_step`: one update on a batch of groups with the pairwise margin hinge loss on
-  sequence log-probabilities or a Bradley-Terry loss on ``beta * (log pi - log pi_ref)`` (the
-  DPO parameterisation: the policy's implicit reward).
-- :func:`train_offline`: staged training: ``stage1_steps`` on the clear pairs only (|M| = 1),
-  then on every labelled pair, ties resolved by the finer judge included.
+- :func:`offline_step`: one update on a batch of groups with one of :data:`OFFLINE_LOSSES`: the
+  pairwise margin hinge on sequence log-probabilities (``margin``), a Bradley-Terry loss on
+  ``beta * (log pi - log pi_ref)`` (``bt``, the DPO parameterisation: the policy's implicit reward),
+  or REINFORCE on each answer's share of its group beaten, minus a learnable per-group baseline
+  (``baseline``, :func:`preference_rewards`, :func:`baseline_update`); staged: ``stage=1`` keeps the
+  clear pairs only (|M| = 1), ``stage=2`` every labelled pair, ties resolved by the finer judge included.
+
+The loop, its checkpoints and exact resume (``grpo-kit train-offline``) and :func:`train_offline`,
+the same loop for notebooks, are in :mod:`grpo_kit.lab.offline_run`.
 """
 from __future__ import annotations
 
-import time
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
-from grpo_kit.core.losses import bradley_terry_loss, pairwise_margin_loss
+from grpo_kit.core.losses import (
+    bradley_terry_loss,
+    learned_baseline_loss,
+    pairwise_margin_loss,
+)
 from grpo_kit.core.preferences import check_preferences, preferences_from_scores
-from grpo_kit.eval.inference import columns_of, greedy_accuracy, max_answer_tokens
+from grpo_kit.eval.inference import columns_of
 from grpo_kit.model.logprobs import completion_logprobs
 from grpo_kit.model.sampling import sample_groups
 from grpo_kit.rewards.judges import exact_answer, stated_answers
 
-OFFLINE_LOSSES = ("margin", "bt")
+OFFLINE_LOSSES = ("margin", "bt", "baseline")
 
 
 def encode_groups(tokenizer, prompts: Sequence[str], groups: Sequence[Sequence[str]], device):
@@ -81,23 +88,50 @@ def stage_preferences(prefs: torch.Tensor, stage: int) -> torch.Tensor:
     return prefs
 
 
+def preference_rewards(prefs: torch.Tensor) -> torch.Tensor:
+    """Each answer's share of its group beaten, each win weighted by its label:
+    r_i = sum_j max(M_ij, 0) / (K - 1), in [0, 1]. (P, K, K) -> (P, K)
+
+    Not the win rate (wins minus losses), whose group mean is 0 in every group (M is antisymmetric),
+    so a per-group baseline would have nothing to learn; this one's mean differs from group to group."""
+    return prefs.clamp(min=0).sum(-1) / (prefs.shape[-1] - 1)  # (P, K)
+
+
+def baseline_update(baseline: torch.Tensor, rewards: torch.Tensor, lr: float) -> torch.Tensor:
+    """The learnable baselines after one visit of their groups: b + lr (mean_k r - b), one SGD step of
+    size lr / 2 on the per-group squared error mean_k (r_k - b)^2 of ``learned_baseline_loss``.
+    (P, 1), (P, K) -> (P, 1)"""
+    return baseline + lr * (rewards.mean(-1, keepdim=True) - baseline)  # (P, 1)
+
+
 def offline_loss(seq_logp, prefs, loss: str = "margin", ref_seq_logp=None, margin: float = 1.0,
-                 beta: float = 0.1) -> torch.Tensor:
+                 beta: float = 0.1, baseline=None) -> torch.Tensor:
     """``margin``: mean over preferred pairs of relu(s_j - s_i + margin) on summed log-probs.
-    ``bt``: mean over preferred pairs of -log sigmoid(beta (r_i - r_j)), r = log pi - log pi_ref."""
+    ``bt``: mean over preferred pairs of -log sigmoid(beta (r_i - r_j)), r = log pi - log pi_ref.
+    ``baseline``: -mean((r - b) * s) with r = :func:`preference_rewards` and ``baseline`` b (P, 1)
+    (the policy term of ``learned_baseline_loss``; b moves by :func:`baseline_update`)."""
     if loss == "margin":
         return pairwise_margin_loss(seq_logp, prefs, margin)
     if loss == "bt":
         if ref_seq_logp is None:
             raise ValueError("loss='bt' needs reference log-probs (the DPO-style implicit reward)")
         return bradley_terry_loss(seq_logp - ref_seq_logp, prefs, beta)
+    if loss == "baseline":
+        if baseline is None:
+            raise ValueError("loss='baseline' needs the groups' baselines b (P, 1)")
+        return learned_baseline_loss(seq_logp, preference_rewards(prefs), baseline)[0]
     raise ValueError(f"unknown offline loss {loss!r}: choose from {OFFLINE_LOSSES}")
 
 
 def offline_step(policy, ref, tokenizer, optimizer, records: Sequence[dict], stage: int = 2,
                  loss: str = "margin", margin: float = 1.0, beta: float = 0.1, max_grad_norm: float = 1.0,
-                 nll_coef: float = 0.0) -> dict:
-    """One optimizer step on a batch of preference groups -> metrics."""
+                 nll_coef: float = 0.0, baselines: torch.Tensor | None = None, group_ids=None,
+                 baseline_lr: float = 0.5) -> dict:
+    """One optimizer step on a batch of preference groups -> metrics.
+
+    ``loss="baseline"``: ``baselines`` (N,) holds one learnable baseline per group of the file and
+    ``group_ids`` (P,) says which groups ``records`` are; the drawn groups' baselines are updated in
+    place after the step (a group drawn twice in one batch is updated once)."""
     prompts = [r["prompt"] for r in records]
     groups = [list(r["responses"]) for r in records]
     prefs = stage_preferences(torch.stack([r["preference_matrix"] for r in records]).float(), stage)  # (P, K, K)
@@ -108,39 +142,24 @@ def offline_step(policy, ref, tokenizer, optimizer, records: Sequence[dict], sta
     policy.train()
     seq_logp, lengths = group_logprobs(policy, tokenizer, prompts, groups, return_lengths=True)  # (P, K)
     prefs = prefs.to(seq_logp.device)
-    value = offline_loss(seq_logp, prefs, loss, ref_lp, margin, beta)
+    b = None
+    if loss == "baseline":
+        ids = torch.as_tensor(group_ids)
+        b = baselines[ids].to(seq_logp.device).unsqueeze(-1)  # (P, 1)
+    value = offline_loss(seq_logp, prefs, loss, ref_lp, margin, beta, b)
+    nll = anchor_nll(seq_logp, lengths, clear_winners(prefs))
     if nll_coef:
-        value = value + nll_coef * anchor_nll(seq_logp, lengths, clear_winners(prefs))
+        value = value + nll_coef * nll
     optimizer.zero_grad(set_to_none=True)
     value.backward()
     gn = torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
     pairs = (prefs > 0).sum().item()
-    return {"loss": value.item(), "grad_norm": float(gn), "pairs": pairs, "stage": stage}
-
-
-def train_offline(policy, ref, tokenizer, records: Sequence[dict], steps: int, eval_items: list[dict],
-                  batch_prompts: int = 16, lr: float = 3e-4, loss: str = "margin", stage1_steps: int = 0,
-                  margin: float = 1.0, beta: float = 0.1, eval_every: int = 50, seed: int = 0,
-                  nll_coef: float = 0.0) -> Iterator[dict]:
-    """Staged offline training; yields one metrics dict per step (``accuracy`` on eval steps).
-
-    The first yielded dict is the base evaluation at step 0.
-    """
-    g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
-    budget = max_answer_tokens(eval_items)
-    yield {"step": 0, "accuracy": greedy_accuracy(policy, tokenizer, eval_items, budget)}
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        idx = torch.randint(len(records), (batch_prompts,), generator=g).tolist()
-        stage = 1 if step <= stage1_steps else 2
-        m = offline_step(policy, ref, tokenizer, opt, [records[i] for i in idx], stage, loss, margin, beta,
-                         nll_coef=nll_coef)
-        m.update(step=step, step_time=time.perf_counter() - t0)
-        if step == steps or (eval_every and step % eval_every == 0):
-            m["accuracy"] = greedy_accuracy(policy, tokenizer, eval_items, budget)
-        yield m
+    m = {"loss": value.item(), "grad_norm": float(gn), "pairs": pairs, "stage": stage, "winner_nll": nll.item()}
+    if loss == "baseline":
+        baselines[ids] = baseline_update(b, preference_rewards(prefs), baseline_lr).squeeze(-1).to(baselines)
+        m["baseline"] = b.mean().item()
+    return m
 
 
 # ---------------------------------------------------------------- pre-generation

@@ -682,33 +682,45 @@ def _is_disk_full(e: BaseException) -> bool:
 
 
 def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
+    """Write ``checkpoints/step-NNNNNN`` (the model, its tokenizer and the trainer state) with
+    :func:`write_checkpoint`, keeping ``cfg.keep_checkpoints`` of them."""
+    state = {
+        "step": run.step, "config": run.cfg.to_dict(), "history": run.history, "evals": run.evals,
+        "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+        "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
+        "torch_rng": torch.get_rng_state(), "fingerprints": fingerprints(run.cfg),
+        "device": run.sample_gen.device.type,
+        "steer": schedules.state(run).state_dict(),  # [steer] adaptive G, curriculum stage, spend, replay buffer
+    }
+    state.update(beyond_scalar.state_dict(run))  # the value head and its optimizer, with hybrid_gae
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return write_checkpoint(out_dir, run.step, run.cfg.keep_checkpoints,
+                            [(lora.weights_file(run.policy), run.policy.save_pretrained),
+                             ("tokenizer.json", run.tokenizer.save_pretrained)], state)
+
+
+def write_checkpoint(out_dir: str | Path, step: int, keep: int, files: list[tuple[str, Callable[[Path], object]]],
+                     state: dict) -> Path:
     """Write ``checkpoints/step-NNNNNN`` atomically (temp folder, then rename), then point ``latest`` at it.
 
-    Older checkpoints beyond ``cfg.keep_checkpoints`` are removed, ordered by step number; the
-    one just written is never removed. A failed write (disk full: :class:`DiskFullError`)
+    ``files``: (file name, ``save(folder)``) pairs, each writing that file (and any others) into the
+    folder, e.g. a model's and a tokenizer's ``save_pretrained``; then ``state`` goes to ``trainer_state.pt``
+    as plain values only (:func:`storable`: :func:`read_trainer_state` reads it back with
+    ``weights_only=True``). Older checkpoints beyond ``keep`` are removed, ordered by step number; the
+    one just written is never removed. A failed write (disk full: :class:`DiskFullError` naming the file)
     removes the temp folder and leaves the previous checkpoint and ``latest`` as they were.
     """
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    name = f"step-{run.step:06d}"
+    name = f"step-{step:06d}"
     tmp, final = root / (name + ".tmp"), root / name
     shutil.rmtree(tmp, ignore_errors=True)
-    writing = tmp / lora.weights_file(run.policy)
+    writing = tmp
     try:
-        run.policy.save_pretrained(tmp)
-        writing = tmp / "tokenizer.json"
-        run.tokenizer.save_pretrained(tmp)
-        state = {
-            "step": run.step, "config": run.cfg.to_dict(), "history": run.history, "evals": run.evals,
-            "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
-            "data_gen": run.data_gen.get_state(), "sample_gen": run.sample_gen.get_state(),
-            "torch_rng": torch.get_rng_state(), "fingerprints": fingerprints(run.cfg),
-            "device": run.sample_gen.device.type,
-            "steer": schedules.state(run).state_dict(),  # [steer] adaptive G, curriculum stage, spend, replay buffer
-        }
-        state.update(beyond_scalar.state_dict(run))  # the value head and its optimizer, with hybrid_gae
-        if torch.cuda.is_available():
-            state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        for file, save in files:
+            writing = tmp / file
+            save(tmp)
         writing = tmp / STATE_FILE
         torch.save(storable(state), tmp / STATE_FILE)  # plain values only: read back with weights_only=True
     except Exception as e:
@@ -718,12 +730,12 @@ def save_checkpoint(run: Run, out_dir: str | Path) -> Path:
             raise disk_full(e, writing, f"the partial checkpoint was removed; "
                                         f"{'the previous checkpoint ' + before.name + ' is intact' if before else 'no earlier checkpoint exists'}") from e
         raise
-    _pause_for_tests(run.step, tmp)
+    _pause_for_tests(step, tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     atomic_write_text(root / "latest", name)
     kept = sorted((p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None), key=_step_of)
-    for old in kept[:-run.cfg.keep_checkpoints]:
+    for old in kept[:-keep]:
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
@@ -865,28 +877,17 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
     except Exception as e:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
                               f"delete it or resume from an earlier one") from None
+    if isinstance(state, dict) and state.get("kind") == "offline":
+        raise CheckpointError(f"checkpoint {path} is an offline preference run (grpo-kit train-offline), not a GRPO "
+                              f"run; continue it with grpo-kit train-offline --resume, or start a new output folder")
     need = {"step", "config", "history", "evals", "optimizer", "scheduler", "data_gen", "sample_gen", "torch_rng"}
     if not isinstance(state, dict) or need - set(state):
         lacking = sorted(need - set(state)) if isinstance(state, dict) else "everything"
         raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is not a grpo-kit trainer state (missing {lacking}); "
                               f"resume from a folder written by grpo-kit or start a new output folder")
     # a field added to GRPOConfig after the checkpoint was written counts as its default
-    saved, now, default = state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict()
-    # the model and the dataset are compared by content when both hashes are known: a moved file
-    # resumes, a file changed in place does not
-    then_fp, now_fp = state.get("fingerprints") or {}, fingerprints(run.cfg)
-    by_content = {k for k in ("model", "dataset") if then_fp.get(k) and now_fp.get(k)}
-    edited = [k for k in sorted(by_content) if then_fp[k] != now_fp[k]]
-    if edited:
-        raise CheckpointError(f"checkpoint {path}: the {' and the '.join(edited)} changed since it was written "
-                              f"(content hash differs: {', '.join(repr(now[k]) for k in edited)}); resume with "
-                              f"the files it was trained on or start a new output folder")
-    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and k not in by_content
-                     and saved.get(k, default[k]) != now[k])
-    if changed:
-        diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
-        raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
-                              f"resume with the same config or start a new output folder")
+    check_same_run(path, state["config"], storable(run.cfg.to_dict()), GRPOConfig().to_dict(), RESUMABLE_CHANGES,
+                   state.get("fingerprints") or {}, fingerprints(run.cfg))
     if weights is None:
         raise CheckpointError(f"checkpoint {path} is unreadable (no {lora.weights_file(run.policy)}); "
                               f"delete it or resume from an earlier one")
@@ -919,6 +920,27 @@ def load_checkpoint(run: Run, path: str | Path, allow_schedule_change: bool = Fa
     _check_schedules(run, state, path, allow_schedule_change)  # last, so a checkpoint that does not fit says so first
     run.step, run.history, run.evals = state["step"], state["history"], [tuple(e) for e in state["evals"]]
     run.findings = _logged_findings(run.history)
+
+
+def check_same_run(path, saved: dict, now: dict, default: dict, resumable, then_fp: dict, now_fp: dict) -> None:
+    """Refuse (:class:`CheckpointError`) to resume checkpoint ``path`` when an input changed or the config did.
+
+    Inputs with a content hash in both ``then_fp`` and ``now_fp`` (the model, the data) are compared by
+    content: a moved file resumes, a file changed in place does not; their config fields (paths) are
+    then not compared. Every other field of ``now`` outside ``resumable`` must equal the ``saved`` one (a
+    field the checkpoint lacks, added to the config later, counts as its ``default``)."""
+    by_content = {k for k in then_fp if then_fp.get(k) and now_fp.get(k)}
+    edited = [k for k in sorted(by_content) if then_fp[k] != now_fp[k]]
+    if edited:
+        raise CheckpointError(f"checkpoint {path}: the {' and the '.join(edited)} changed since it was written "
+                              f"(content hash differs: {', '.join(repr(now[k]) for k in edited)}); resume with "
+                              f"the files it was trained on or start a new output folder")
+    changed = sorted(k for k in now if k not in resumable and k not in by_content
+                     and saved.get(k, default[k]) != now[k])
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k, default[k])!r} -> {now[k]!r}" for k in changed)
+        raise CheckpointError(f"checkpoint {path} was written with a different config ({diffs}); "
+                              f"resume with the same config or start a new output folder")
 
 
 def _check_schedules(run: Run, state: dict, path: Path, allow: bool) -> None:

@@ -230,6 +230,9 @@ def _check_group(path, lineno, row: dict, K: int | None, cycles: str) -> dict:
     if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
         fail_at(path, lineno, "field 'prompt' must be a non-empty string")
     resp = row.get("responses")
+    if isinstance(resp, list) and len(resp) < 2 and all(isinstance(r, str) for r in resp):
+        fail_at(path, lineno, f"{len(resp)} response{'s' * (len(resp) != 1)}: a preference group needs at least 2 "
+                              f"to compare; record K >= 2 responses per prompt (grpo-kit pregen --k 2 or more)")
     if not isinstance(resp, list) or len(resp) < 2 or not all(isinstance(r, str) for r in resp):
         fail_at(path, lineno, "field 'responses' must be a list of at least 2 strings")
     if K is not None and len(resp) != K:

@@ -7,6 +7,9 @@ from grpo_kit.eval.diagnostics import series
 
 PANELS = [("reward", "reward (train samples)"), ("accuracy", "held-out greedy accuracy"),
           ("kl", "KL to reference (k3)"), ("entropy", "token entropy")]
+# an offline preference run (grpo-kit train-offline) samples nothing: its loss, the clear winners' NLL, grad norm
+OFFLINE_PANELS = [("loss", "training loss (with the anchor)"), ("accuracy", "held-out greedy accuracy"),
+                  ("winner_nll", "NLL per token of the clear winners"), ("grad_norm", "grad norm (before clipping)")]
 
 
 def xy(history: list[dict], key: str, evals: list[tuple[int, float]] | None = None) -> tuple[list, list]:
@@ -26,8 +29,10 @@ def smooth(values: list[float], window: int = 10) -> list[float]:
     return out
 
 
-def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None):
-    """2x2 matplotlib figure of reward, accuracy, KL and entropy; saved to ``path`` if given."""
+def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None,
+                 panels=None):
+    """2x2 matplotlib figure of reward, accuracy, KL and entropy (or four other ``panels``: (metric, title)
+    pairs, e.g. :data:`OFFLINE_PANELS`); saved to ``path`` if given."""
     import matplotlib
 
     if path is not None:
@@ -35,7 +40,7 @@ def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), constrained_layout=True)
-    for ax, (key, label) in zip(axes.flat, PANELS):
+    for ax, (key, label) in zip(axes.flat, panels or PANELS):
         x, y = xy(history, key, evals)
         if key == "accuracy":
             ax.plot(x, y, "o-", color="C2")
@@ -53,13 +58,15 @@ def plot_history(history: list[dict], evals=None, title: str = "GRPO run", path:
     return fig
 
 
-def plotly_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None):
+def plotly_history(history: list[dict], evals=None, title: str = "GRPO run", path: str | Path | None = None,
+                   panels=None):
     """The same four panels as an interactive plotly figure; written as standalone HTML if ``path``."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in PANELS])
-    for i, (key, label) in enumerate(PANELS):
+    panels = panels or PANELS
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in panels])
+    for i, (key, label) in enumerate(panels):
         x, y = xy(history, key, evals)
         fig.add_trace(go.Scatter(x=x, y=y, name=key, mode="lines+markers" if key == "accuracy" else "lines"),
                       row=i // 2 + 1, col=i % 2 + 1)

@@ -332,7 +332,7 @@ def _write_lines(path, rows):
 
 @pytest.mark.parametrize("row,problem", [
     ({"responses": ["a", "b"], "preference_matrix": [[0, 1], [-1, 0]]}, "field 'prompt'"),
-    ({"prompt": "q", "responses": ["a"], "preference_matrix": [[0]]}, "at least 2 strings"),
+    ({"prompt": "q", "responses": ["a"], "preference_matrix": [[0]]}, "1 response: a preference group needs at least 2"),
     ({"prompt": "q", "responses": ["a", 3], "preference_matrix": [[0, 1], [-1, 0]]}, "at least 2 strings"),
     ({"prompt": "q", "responses": ["a", "b"], "preference_matrix": [[0, 1]]}, "2 x 2 list of lists"),
     ({"prompt": "q", "responses": ["a", "b"], "preference_matrix": [[0, True], [-1, 0]]}, r"\[0\]\[1\] is True"),

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from grpo_kit.core.preferences import check_preferences
@@ -60,3 +61,69 @@ def test_clear_winners_and_anchor_nll_by_hand():
     seq = torch.tensor([[-3.0, -10.0, -20.0]])
     assert anchor_nll(seq, torch.tensor([[2, 4, 5]]), clear_winners(m)).item() == 1.5
     assert anchor_nll(seq, torch.tensor([[2, 4, 5]]), torch.zeros(1, 3, dtype=torch.bool)).item() == 0.0
+
+
+# one group of 3 responses: 0 is right, 1 and 2 wrong, 1 the closer (a soft 0.5 over 2)
+GROUP = torch.tensor([[[0.0, 1.0, 1.0], [-1.0, 0.0, 0.5], [-1.0, -0.5, 0.0]]])  # (1, 3, 3)
+
+
+def test_bt_loss_by_hand_on_a_three_response_group():
+    # summed log-probs s = [-1, -2, -4], reference [-1.5, -1.5, -1.5]: implicit rewards r = s - ref = [0.5, -0.5, -2.5]
+    # beta 0.5; a pair (i over j) costs -log sigmoid(beta (r_i - r_j)) = log(1 + exp(-beta (r_i - r_j))):
+    #   (0 over 1): beta * 1 = 0.5 -> log(1 + e^-0.5) = 0.474077, weight 1
+    #   (0 over 2): beta * 3 = 1.5 -> log(1 + e^-1.5) = 0.201413, weight 1
+    #   (1 over 2): beta * 2 = 1.0 -> log(1 + e^-1)   = 0.313262, weight 0.5
+    # weighted mean: (0.474077 + 0.201413 + 0.5 * 0.313262) / 2.5 = 0.832121 / 2.5 = 0.332848
+    s = torch.tensor([[-1.0, -2.0, -4.0]], requires_grad=True)
+    ref = torch.full((1, 3), -1.5)
+    loss = offline_loss(s, GROUP, "bt", ref, beta=0.5)
+    assert loss.item() == pytest.approx(0.332848, abs=1e-6)
+    # d/ds_i: each pair sends -beta sigmoid(-beta d) w / 2.5 to its winner and the opposite to its loser;
+    # sigmoid(-0.5) = 0.377541, sigmoid(-1.5) = 0.182426, sigmoid(-1) = 0.268941:
+    #   s0: -0.5 (0.377541 + 0.182426) / 2.5 = -0.111993
+    #   s1: 0.5 (0.377541 - 0.5 * 0.268941) / 2.5 = 0.048614
+    #   s2: 0.5 (0.182426 + 0.5 * 0.268941) / 2.5 = 0.063379   (the three sum to 0)
+    loss.backward()
+    assert s.grad[0].tolist() == pytest.approx([-0.111993, 0.048614, 0.063379], abs=1e-6)
+    # stage 1 keeps the clear pairs only: (0.474077 + 0.201413) / 2 = 0.337745
+    assert offline_loss(s, stage_preferences(GROUP, 1), "bt", ref, beta=0.5).item() == pytest.approx(0.337745, abs=1e-6)
+
+
+def test_learnable_baseline_loss_by_hand_on_a_three_response_group():
+    from grpo_kit.core.losses import learned_baseline_loss
+    from grpo_kit.lab.offline import baseline_update, preference_rewards
+
+    # r_i = sum_j max(M_ij, 0) / (K - 1): r0 = (1 + 1) / 2 = 1, r1 = 0.5 / 2 = 0.25, r2 = 0; group mean 1.25 / 3
+    r = preference_rewards(GROUP)
+    assert r[0].tolist() == pytest.approx([1.0, 0.25, 0.0])
+    assert preference_rewards(stage_preferences(GROUP, 1))[0].tolist() == pytest.approx([1.0, 0.0, 0.0])
+    # b = 0.2: advantages r - b = [0.8, 0.05, -0.2]; with s = [-1, -2, -4]:
+    # loss = -mean([0.8 * -1, 0.05 * -2, -0.2 * -4]) = -mean([-0.8, -0.1, 0.8]) = 0.1 / 3 = 0.033333
+    s = torch.tensor([[-1.0, -2.0, -4.0]], requires_grad=True)
+    b = torch.tensor([[0.2]])
+    loss = offline_loss(s, GROUP, "baseline", baseline=b)
+    assert loss.item() == pytest.approx(0.1 / 3, abs=1e-6)
+    loss.backward()
+    assert s.grad[0].tolist() == pytest.approx([-0.8 / 3, -0.05 / 3, 0.2 / 3], abs=1e-6)  # -(r - b) / 3
+    # the visit moves b half-way (lr 0.5) to the group mean: 0.2 + 0.5 (0.416667 - 0.2) = 0.308333,
+    # which is one SGD step of size lr / 2 = 0.25 on mean_k (r_k - b)^2 (its gradient -2 (0.416667 - 0.2))
+    assert baseline_update(b, r, 0.5).item() == pytest.approx(0.308333, abs=1e-6)
+    leaf = b.clone().requires_grad_()
+    learned_baseline_loss(s.detach(), r, leaf)[1].backward()
+    assert (b - 0.25 * leaf.grad).item() == pytest.approx(0.308333, abs=1e-6)
+    assert baseline_update(b, r, 0.0).item() == pytest.approx(0.2)  # lr 0: b stays (REINFORCE with b fixed)
+
+
+def test_a_baseline_step_updates_the_drawn_groups_once(tiny):
+    from grpo_kit.lab.offline import offline_step
+
+    model, tok = tiny
+    policy = __import__("copy").deepcopy(model)
+    group = {"prompt": "1+1=", "responses": ["2", "3", "4"], "preference_matrix": GROUP[0]}
+    baselines = torch.zeros(2)  # a file of two groups; the second is not drawn
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-4)
+    # group 0 twice in the batch: its baseline moves once, 0 + 0.5 (1.25 / 3) = 0.208333
+    m = offline_step(policy, None, tok, opt, [group, group], loss="baseline", baselines=baselines,
+                     group_ids=[0, 0], baseline_lr=0.5)
+    assert baselines.tolist() == pytest.approx([0.208333, 0.0], abs=1e-6)
+    assert m["baseline"] == 0.0 and m["pairs"] == 6 and m["winner_nll"] > 0

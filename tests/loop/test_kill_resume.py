@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import sigkill_drill
 from safetensors.torch import load_file
 
 from grpo_kit.cli import main
@@ -24,14 +25,6 @@ pytestmark = pytest.mark.usefixtures("signals_delivered")  # stop requests must 
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-
-
-def _wait_for(predicate, proc, what, timeout=240):
-    t0 = time.time()
-    while not predicate():
-        assert proc.poll() is None, f"the process ended (rc {proc.returncode}) before {what}"
-        assert time.time() - t0 < timeout, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 SIGINT_CHILD = r"""
@@ -79,17 +72,12 @@ CONFIG = dict(steps=12, num_prompts=4, num_generations=4, checkpoint_every=1, ev
 
 
 def _cli(cfg_path, out, *extra, env=ENV, stderr=None):
-    return subprocess.Popen([sys.executable, "-m", "grpo_kit.cli", "train", "--config", str(cfg_path),
-                             "--out", str(out), *extra], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+    return subprocess.Popen([*_argv(cfg_path, out), *extra], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=stderr if stderr is not None else subprocess.DEVNULL)
 
 
-def _latest_step(out):
-    pointer = out / "checkpoints" / "latest"
-    try:
-        return int(pointer.read_text().strip().split("-")[1])
-    except (OSError, IndexError, ValueError):  # not written yet, or read mid-replace
-        return 0
+def _argv(cfg_path, out):
+    return [sys.executable, "-m", "grpo_kit.cli", "train", "--config", str(cfg_path), "--out", str(out)]
 
 
 def test_sigkill_during_and_between_checkpoints_then_resume_is_exact(tmp_path):
@@ -97,29 +85,7 @@ def test_sigkill_during_and_between_checkpoints_then_resume_is_exact(tmp_path):
     cfg_path = tmp_path / "c.yaml"
     cfg.to_yaml(cfg_path)
     out = tmp_path / "run"
-
-    # 1. killed while writing the step-5 checkpoint: its temp folder is complete, not yet renamed
-    log = (tmp_path / "stderr1.txt").open("w")
-    p = _cli(cfg_path, out, env={**ENV, "GRPO_KIT_PAUSE_IN_CHECKPOINT": "5"}, stderr=log)
-    _wait_for(lambda: "paused in checkpoint" in (tmp_path / "stderr1.txt").read_text(), p, "the checkpoint pause")
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    assert (out / "checkpoints" / "step-000005.tmp" / "trainer_state.pt").is_file()
-    assert _latest_step(out) == 4
-
-    # 2. resumed, then killed between (or during) later checkpoint writes
-    p = _cli(cfg_path, out, "--resume")
-    _wait_for(lambda: _latest_step(out) >= 8, p, "step 8")
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    killed_at = _latest_step(out)
-    assert 8 <= killed_at < 12
-
-    # 3. resumed to the end
-    p = _cli(cfg_path, out, "--resume", stderr=subprocess.PIPE)
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err.decode()
-    assert not list((out / "checkpoints").glob("*.tmp"))
+    sigkill_drill(_argv(cfg_path, out), out, cfg.steps, ENV, ROOT, tmp_path)  # killed at 5 (mid-write) and 8+
     history = (out / "history.jsonl").read_text().splitlines()
     assert len(history) == 12  # nothing lost across two kills
 
@@ -128,7 +94,6 @@ def test_sigkill_during_and_between_checkpoints_then_resume_is_exact(tmp_path):
     a = load_file(tmp_path / "straight" / "checkpoints" / "step-000012" / "model.safetensors")
     b = load_file(out / "checkpoints" / "step-000012" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
-    import json
     assert [json.loads(h)["loss"] for h in history] == [m["loss"] for m in straight.history]
 
 

@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 import torch
+from conftest import latest_step, wait_for
 from safetensors.torch import load_file
-from test_kill_resume import _cli, _latest_step, _wait_for
+from test_kill_resume import _cli
 
 from grpo_kit.config import GRPOConfig
 from grpo_kit.loop.train import setup, train
@@ -25,10 +26,10 @@ def test_sigkill_after_a_change_of_G_then_resume_is_exact(tmp_path):
     cfg.to_yaml(cfg_path)
     out = tmp_path / "run"
     p = _cli(cfg_path, out)
-    _wait_for(lambda: _latest_step(out) >= 5, p, "step 5")  # G went 4 -> 2 at step 5 (fraction 0.5)
+    wait_for(lambda: latest_step(out) >= 5, p, "step 5")  # G went 4 -> 2 at step 5 (fraction 0.5)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert 5 <= _latest_step(out) < 8
+    assert 5 <= latest_step(out) < 8
     p = _cli(cfg_path, out, "--resume", stderr=subprocess.PIPE)
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err.decode()  # --resume does not refuse the change of G
