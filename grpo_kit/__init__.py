@@ -8,7 +8,7 @@ fraction of a second: a bad command fails before torch is imported.
 import sys
 import types
 
-from grpo_kit.config import GRPOConfig
+from grpo_kit.config import GRPOConfig, OfflineConfig
 from grpo_kit.errors import (
            CheckpointError,
            ConfigError,
@@ -21,7 +21,7 @@ from grpo_kit.errors import (
 _LAZY = {"check_config": "grpo_kit.loop.checks", "setup": "grpo_kit.loop.train", "train": "grpo_kit.loop.train",
          "load_model": "grpo_kit.model.tiny"}
 
-__all__ = ["GRPOConfig", "check_config", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
+__all__ = ["GRPOConfig", "OfflineConfig", "check_config", "setup", "train", "load_model", "GRPOKitError", "ConfigError", "DataError",
            "RewardError", "CheckpointError", "RunFolderError"]
 __version__ = "0.1.0"
 

@@ -39,6 +39,12 @@ def test_pregen_then_train_offline_end_to_end(tmp_path, capsys):
     state = torch.load(ck / "trainer_state.pt", weights_only=True)  # plain values: no unrestricted pickle
     assert state["kind"] == "offline" and {"optimizer", "batch_gen", "baselines", "torch_rng"} <= set(state)
     assert (ck / "model.safetensors").is_file()
+    # the run folder is what the dashboard's side-by-side view reads: a line in each offline panel
+    from grpo_kit.view import compare_runs
+    from grpo_kit.view.plotting import OFFLINE_PANELS
+
+    fig = compare_runs({"offline bt": run}, keys=[key for key, _ in OFFLINE_PANELS])
+    assert [len(ax.get_lines()) >= 1 for ax in fig.axes[:4]] == [True] * 4
 
     # the folder's rules: a second run is refused without a flag; --resume with more steps continues it
     code, _, err = run_cli(capsys, "train-offline", "--config", cfg, "--out", run)

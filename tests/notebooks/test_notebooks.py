@@ -155,6 +155,10 @@ def test_ranked_groups_offline_smoke(tmp_path):
 def smoke_check_offline(v):
     assert len(v["offline_accuracy"]) == 2 and len(v["online_same_updates_accuracy"]) == 2
     assert len(v["readings"]) == 3
+    assert set(v["claims_accuracy"]) == {"margin, staged", "margin, unstaged", "REINFORCE, learnable baseline",
+                                         "REINFORCE, no baseline"}
+    assert all(len(a) == 2 for a in v["claims_accuracy"].values()) and len(v["claim_readings"]) == 2
+    assert len(v["recorded_logp"]["REINFORCE, learnable baseline"]) == 2
 
 
 @pytest.mark.notebook
@@ -166,6 +170,11 @@ def test_ranked_groups_offline_full(tmp_path):
     assert r["offline against the base"]["verdict"] == "higher"
     assert r["offline against online, same judged answers"]["verdict"] == "higher"
     assert r["online, same updates, against offline"]["verdict"] in ("higher", "lower", "no clear difference")  # reported
+    assert v["baseline_error"] < 0.01  # the learned per-group baselines reached their groups' mean rewards
+    assert v["logp_readings"]["wrong"]["verdict"] == "lower"  # with them the file's wrong answers ended less likely
+    assert all(len(a) == 3 for a in v["claims_accuracy"].values())
+    for g in v["claim_readings"].values():  # staging and the learnable baseline: reported with their SE
+        assert g["verdict"] in ("higher", "lower", "no clear difference") and g["se"] > 0
 
 
 # ------------------------------------------------------------------ 00b from REINFORCE to GRPO
