@@ -20,8 +20,9 @@
 # **What you will learn**
 # - what changes between the tiny model and a real one (three parameters), and what the model
 #   really sees: the prompt with or without a chat template;
-# - the GSM8K-format reward functions on example completions, and that a saved model loads by
-#   path, the same `from_pretrained` call a hub model takes;
+# - the GSM8K-format reward functions on example completions, your data as you have it (parquet,
+#   a `save_to_disk` folder, a `Dataset`, a Hub name), and that a saved model loads by path, the
+#   same `from_pretrained` call a hub model takes;
 # - LoRA against full fine-tuning at the same number of generated completions: held-out accuracy
 #   and peak memory, both measured, and why LoRA saves nothing on a model this small;
 # - which parts of a GRPO step's memory LoRA shrinks on a real shape, and which it cannot touch.
@@ -39,7 +40,7 @@
 # | parameter | here (the test suite runs this) | a real model on a GPU |
 # |---|---|---|
 # | `MODEL` | `"tiny"` (ships with the kit) | `"Qwen/Qwen2.5-0.5B-Instruct"` (any causal LM: a hub name or a `save_pretrained` folder) |
-# | `DATASET` | `None` (the built-in 2-digit sums) | `"datasets/gsm8k_sample.jsonl"` (GSM8K rows: `question`, `answer` ending in `#### n`) |
+# | `DATASET` | `None` (the built-in 2-digit sums) | `"datasets/gsm8k_sample.jsonl"` (GSM8K rows: `question`, `answer` ending in `#### n`), or your parquet, csv, `save_to_disk` folder or Hub name (section 1) |
 # | `DEVICE` | `"cpu"` | `"cuda"` |
 #
 # Everything else follows from these: the task's held-out split (the sums, or
@@ -74,11 +75,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import datasets  # Hugging Face datasets, installed with the kit
 import matplotlib.pyplot as plt
 import torch
 from grpo_kit import GRPOConfig, check_config, load_model, setup, train
 from grpo_kit.core import compute_advantages
-from grpo_kit.data import DATASETS_DIR, heldout_split, load_gsm8k
+from grpo_kit.data import DATASETS_DIR, heldout_split, load_gsm8k, sources
 from grpo_kit.eval import columns_of, greedy_accuracy
 from grpo_kit.loop import pick_device
 from grpo_kit.model import (
@@ -204,6 +206,32 @@ adv_math = compute_advantages(per_func[:, 0].view(P, G), cfg.scale_rewards)    #
 format_paid = float(per_func[:, 1].sum())
 print(f"gsm8k_format paid {format_paid:.0f} in total to {P * G} sampled sums; largest advantage difference "
       f"with and without it: {float((adv_both - adv_math).abs().max()):.1e}")
+
+# %% [markdown]
+# ### Your data, in the form you have it
+# A real dataset rarely arrives as a jsonl in the kit's layout. `dataset` (the YAML field, `--dataset`,
+# or `GRPOConfig(dataset=...)`) takes a jsonl, a parquet or csv file, a folder written by
+# `datasets.Dataset.save_to_disk`, a `datasets.Dataset` object in Python, or a Hub name such as
+# `"openai/gsm8k"` with `dataset_config="main"` and `dataset_split="train"` (read through
+# `datasets.load_dataset`; with no network and no cached copy it is refused at once).
+# `dataset_columns` maps your column names (`{"prompt": "question", "answer": "answer"}` is what
+# GSM8K's own files need, and the default), and an answer ending in `#### 42` is read as 42 with its
+# worked solution kept. We write the shipped GSM8K sample with `datasets` in three of those forms and
+# read each back with the loader `setup()` uses: the same items every time.
+
+# %%
+datasets.disable_progress_bars()
+gsm8k_rows = [json.loads(line) for line in (DATASETS_DIR / "gsm8k_sample.jsonl").read_text().splitlines()]
+gsm8k_table = datasets.Dataset.from_list(gsm8k_rows)                     # columns: question, answer
+gsm8k_table.to_parquet(str(WORK / "gsm8k_sample.parquet"))
+gsm8k_table.save_to_disk(str(WORK / "gsm8k_sample_disk"))
+as_jsonl = sources.load_source(str(DATASETS_DIR / "gsm8k_sample.jsonl"))
+same_items = {}
+for form, spec in (("parquet", str(WORK / "gsm8k_sample.parquet")), ("save_to_disk", str(WORK / "gsm8k_sample_disk")),
+                   ("Dataset object", gsm8k_table)):
+    same_items[form] = sources.load_source(spec) == as_jsonl
+    print(f"{form:<15} {len(as_jsonl)} items, the same as the jsonl's: {same_items[form]}")
+print("one item:", {k: (v[:60] + "...") if len(v) > 60 else v for k, v in as_jsonl[0].items()})
 
 # %% [markdown]
 # ### A saved model loads by path
@@ -400,7 +428,8 @@ print(f"\nLoRA trains {lora_parameter_count(qwen_shape, LORA['r']) / 1e6:.1f}M o
 # ## The claims, checked
 # In smoke mode (and in the full run): the prompt is rendered as the template mode says; the reward
 # functions score the examples as worked out by hand; the format reward moves no advantage on the
-# sums; the saved model loads by path with the same weights; both runs sampled the same number of
+# sums; the GSM8K sample read from parquet, a `save_to_disk` folder and a `Dataset` gives the jsonl's
+# items; the saved model loads by path with the same weights; both runs sampled the same number of
 # completions; on the Qwen2.5-0.5B shape the estimator's gradients and AdamW state under LoRA are
 # less than 2% of full fine-tuning's, while its weights, bf16 copies, activations and logits are
 # no smaller. **Only the full run** checks that both LoRA and full fine-tuning raise held-out
@@ -416,6 +445,7 @@ record("gsm8k_example_scores", gsm8k_scores.tolist())
 record("sum_example_scores", sum_scores.tolist())
 record("format_reward_paid_on_sums", format_paid)
 record("saved_model_same_weights", same_weights)
+record("dataset_forms_same_items", same_items)
 record("saved_model_accuracy", [acc_original, acc_reloaded])
 record("completions", completions)
 record("base_accuracy", {k: a[0] for k, a in accuracy.items()})
@@ -433,6 +463,7 @@ assert gsm8k_scores.tolist() == gsm8k_expected and sum_scores.tolist() == sum_ex
 if TASK == "add2":
     assert format_paid == 0 and torch.equal(adv_both, adv_math), "the format reward changed an advantage on the sums"
 assert same_weights and acc_original == acc_reloaded
+assert all(same_items.values()), f"a form of the GSM8K sample read differently: {same_items}"
 assert len(set(completions.values())) == 1 or stopped_early, f"the two runs sampled different numbers of completions: {completions}"
 for k in SHRINKS:      # LoRA keeps gradients and AdamW state for the adapters only
     assert lora_05b[k] < 0.02 * full_05b[k], (k, lora_05b[k], full_05b[k])

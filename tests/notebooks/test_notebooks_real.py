@@ -25,6 +25,7 @@ def check_pipeline(v):
     assert v["sum_example_scores"] == [[1, 0], [0, 0]]
     assert v["format_reward_paid_on_sums"] == 0
     assert v["saved_model_same_weights"] is True and len(set(v["saved_model_accuracy"])) == 1
+    assert v["dataset_forms_same_items"] == {"parquet": True, "save_to_disk": True, "Dataset object": True}
     assert set(v["completions"]) == RUNS and len(set(v["completions"].values())) == 1
     assert v["trainable_parameters"]["LoRA"] < v["trainable_parameters"]["full fine-tuning"] / 5
     est = v["qwen05b_estimate_gib"]   # LoRA shrinks gradients and AdamW state, not activations or logits
