@@ -208,10 +208,10 @@ else:
 # half-point ties later) is said to help, because the model should learn right from wrong before it
 # learns which wrong answer is closer. A **learnable per-group baseline** is said to help a REINFORCE
 # loss on the file: each answer's reward is the share of its group it beats,
-# r_i = Σ_j max(M_ij, 0) / (K − 1), and the update is −(r_i − b_p) log π(o_i), where b_p is a
+# r_i = Σ_j max(M_ij, 0) / (K − 1), and the loss is −(r_i − b_p) log π(o_i), where b_p is a
 # number per prompt that moves a step towards the group's mean reward each time the group is drawn
-# (`baseline_lr = 0.5`: half the way). Without it (b = 0) every recorded answer is pushed up, the
-# better ones more; with it, the answers below their group's mean are pushed down.
+# (`baseline_lr = 0.5`: half the way). Without it (b = 0) every recorded answer that beats another
+# is pushed up, the better ones more; with it, the answers below their group's mean are pushed down.
 #
 # The offline rewards never change, so the learnable baseline converges to the group's mean reward:
 # the baseline GRPO computes directly ([00b](00b_from_reinforce_to_grpo.ipynb)). Three new arms,
