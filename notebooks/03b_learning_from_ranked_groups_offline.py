@@ -291,16 +291,17 @@ plt.show()
 # the file's right and wrong answers under each trained model.
 
 # %%
+scored = records if not SMOKE else records[:32]    # smoke: the first 32 groups only
 right = torch.tensor([exact_answer([r["prompt"]] * K, r["responses"], [r["answer"]] * K,
-                                   [r.get("reverse_digits", False)] * K) for r in records]) > 0  # (N, K)
+                                   [r.get("reverse_digits", False)] * K) for r in scored]) > 0  # (N, K)
 
 
 def recorded_logp(policy, tokenizer):
     """Mean log π of the file's right answers and of its wrong ones."""
     policy.eval()
     with torch.no_grad():
-        lp = offline_lab.group_logprobs(policy, tokenizer, [r["prompt"] for r in records],
-                                        [list(r["responses"]) for r in records])  # (N, K)
+        lp = offline_lab.group_logprobs(policy, tokenizer, [r["prompt"] for r in scored],
+                                        [list(r["responses"]) for r in scored])  # (N, K)
     return lp[right].mean().item(), lp[~right].mean().item()
 
 

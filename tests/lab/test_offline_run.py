@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import sigkill_drill
 from safetensors.torch import load_file
@@ -23,6 +24,7 @@ CONFIG = dict(preferences=str(ROOT / "datasets" / "add2_prefs.jsonl"), loss="bas
               device="cpu")
 
 
+@pytest.mark.full  # three processes and a straight run: about 30 s, so it runs in make test-full
 def test_sigkill_during_and_between_checkpoints_then_resume_is_the_straight_run(tmp_path):
     cfg = OfflineConfig(**CONFIG)
     cfg_path = tmp_path / "c.yaml"
