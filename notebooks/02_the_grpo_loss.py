@@ -261,7 +261,7 @@ neg = {lt: [length_runs[(lt, s)].tail_mean("completions/mean_length_neg_adv", 30
 length_gap = gap_reading(neg["dr_grpo"], neg["grpo"])   # mean(grpo) - mean(dr_grpo), in tokens
 print("length of wrong answers, dr_grpo -> grpo: " + length_gap.text(unit=1.0, suffix=" tokens", digits=2))
 record("length_neg_adv", neg)
-record("length_gap", dict(gap=length_gap.gap, se=length_gap.se, verdict=length_gap.verdict))
+record("length_gap", length_gap.fields())
 if SMOKE:
     print("SMOKE run: too short to say anything about length bias")
 elif length_gap.verdict == "higher":

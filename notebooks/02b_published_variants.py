@@ -194,7 +194,7 @@ if summary["dapo"]["clipped"] < 0.01:
 # %%
 record("variant_summary", summary)
 record("variant_base_accuracy", base_acc)
-record("variant_gaps", {s: dict(gap=g.gap, se=g.se, verdict=g.verdict) for s, g in gaps.items()})
+record("variant_gaps", {s: g.fields() for s, g in gaps.items()})
 record("compare_seconds", compare_seconds)
 for key, run in compare.items():
     assert all(torch.isfinite(torch.tensor([m["loss"] for m in run.history]))), key

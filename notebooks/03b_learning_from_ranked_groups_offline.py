@@ -175,7 +175,7 @@ record("base_accuracy", base_acc)
 record("offline_accuracy", offline_acc)
 record("online_same_samples_accuracy", online["same judged answers"])
 record("online_same_updates_accuracy", online["same updates"])
-record("readings", {k: dict(gap=g.gap, se=g.se, verdict=g.verdict) for k, g in readings.items()})
+record("readings", {k: g.fields() for k, g in readings.items()})
 
 # %% [markdown]
 # **At the same number of updates** the claim you will meet is that online GRPO wins, because it
@@ -248,7 +248,7 @@ for arm, accs in final.items():
 
 # %%
 learned = claims_runs["REINFORCE, learnable baseline", SEEDS[0]]
-group_mean = torch.stack([offline_lab.preference_rewards(r["preference_matrix"].float()) for r in records]).mean(-1)  # (N,)
+group_mean = offline_lab.preference_rewards(torch.stack([r["preference_matrix"] for r in records]).float()).mean(-1)  # (N,)
 baseline_error = (learned.baselines - group_mean).abs().mean().item()
 print(f"mean |b_p - group mean reward| over {len(records)} groups: {baseline_error:.1e} "
       f"(the group means span {group_mean.min():.2f} to {group_mean.max():.2f})")
@@ -261,7 +261,7 @@ claim_readings = {
 for what, g in claim_readings.items():
     print(f"{what:<45} {g.text()}")
 record("claims_accuracy", final)
-record("claim_readings", {k: dict(gap=g.gap, se=g.se, verdict=g.verdict) for k, g in claim_readings.items()})
+record("claim_readings", {k: g.fields() for k, g in claim_readings.items()})
 record("baseline_error", baseline_error)
 
 # %%
@@ -319,7 +319,7 @@ readings_logp = {which: gap_reading([x[i] for x in where["REINFORCE, no baseline
 for which, g in readings_logp.items():
     print(f"log π({which}), with the baseline against without: {g.text(unit=1, suffix=' nats', digits=2)}")
 record("recorded_logp", {"base": [base_right, base_wrong], **where})
-record("logp_readings", {k: dict(gap=g.gap, se=g.se, verdict=g.verdict) for k, g in readings_logp.items()})
+record("logp_readings", {k: g.fields() for k, g in readings_logp.items()})
 
 # %% [markdown]
 # In our run (2026-12-07) the base model gave the file's right answers a mean log-probability of

@@ -41,6 +41,10 @@ class Gap:
     se: float
     verdict: str  # "higher" / "lower" (b than a), "no clear difference", or "one seed: no verdict"
 
+    def fields(self) -> dict:
+        """The gap, its standard error and the verdict, as a notebook records them."""
+        return {"gap": self.gap, "se": self.se, "verdict": self.verdict}
+
     def text(self, unit: float = 100.0, suffix: str = " points", digits: int = 1) -> str:
         """One line: both means, the gap, 2 SE and the verdict (accuracies printed in points by default,
         ``digits`` after the decimal point)."""

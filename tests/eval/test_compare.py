@@ -24,6 +24,7 @@ def test_verdicts_follow_the_two_se_rule():
     g = gap_reading([0.4, 0.5, 0.6], [0.7, 0.7, 0.7])
     assert g.gap == pytest.approx(0.2) and g.verdict == "higher"
     assert gap_reading([0.7, 0.7, 0.7], [0.4, 0.5, 0.6]).verdict == "lower"
+    assert g.fields() == {"gap": pytest.approx(0.2), "se": pytest.approx(0.1 / 3 ** 0.5), "verdict": "higher"}
     # gap 0.1 against 2 SE = 0.115: within the noise
     assert gap_reading([0.4, 0.5, 0.6], [0.6, 0.6, 0.6]).verdict == "no clear difference"
     # one seed per arm: never a verdict, however large the gap
